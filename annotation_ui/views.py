@@ -1,0 +1,5 @@
+from django.http import HttpResponse
+
+
+def home(request):
+    return HttpResponse("Clicklab")

@@ -1,0 +1,171 @@
+"""Django admin for researchers: browse datasets, set up studies, inspect sessions and clicks."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+
+from collector.models import Click, Dataset, Image, Instance, Round, Session, Study, Target, Trial, Worker
+from collector.services import studies as study_services
+
+
+class ImageInline(admin.TabularInline):
+    model = Image
+    fields = ("stem", "width", "height", "file_size", "sha256")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ("name", "layout", "source_path", "created_at")
+    readonly_fields = ("name", "layout", "source_path", "created_at")
+    inlines = [ImageInline]
+
+
+class InstanceInline(admin.TabularInline):
+    model = Instance
+    fields = ("object_stem", "object_id", "area", "ignore_area", "text_description")
+    readonly_fields = ("object_stem", "object_id", "area", "ignore_area")
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    list_display = ("stem", "dataset", "width", "height", "file_size")
+    list_filter = ("dataset",)
+    search_fields = ("stem",)
+    readonly_fields = (
+        "dataset",
+        "stem",
+        "file",
+        "file_size",
+        "sha256",
+        "width",
+        "height",
+        "original_width",
+        "original_height",
+    )
+    inlines = [InstanceInline]
+
+
+@admin.register(Instance)
+class InstanceAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "area", "ignore_area", "category")
+    list_filter = ("image__dataset",)
+    search_fields = ("image__stem", "object_stem", "text_description")
+    readonly_fields = ("image", "object_stem", "object_id", "mask_file", "mask_sha256", "source_mask_file",
+                       "source_mask_size", "source_mask_sha256", "ignore_file", "ignore_area", "area",
+                       "bbox_x0", "bbox_y0", "bbox_x1", "bbox_y1")  # fmt: skip
+
+
+class RoundInline(admin.TabularInline):
+    model = Round
+    fields = ("number", "state", "created_at", "closed_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Study)
+class StudyAdmin(admin.ModelAdmin):
+    list_display = ("name", "dataset", "state", "display_mode", "platform", "created_at")
+    list_filter = ("state", "platform", "display_mode")
+    search_fields = ("name",)
+    readonly_fields = ("state", "created_at", "published_at", "closed_at")
+    filter_horizontal = ("researchers",)
+    inlines = [RoundInline]
+    actions = ["publish", "pause", "close"]
+
+    def save_model(self, request, obj, form, change):
+        if not change and obj.owner_id is None:
+            obj.owner = request.user
+        super().save_model(request, obj, form, change)
+
+    def _run(self, request, queryset, service, verb):
+        for study in queryset:
+            try:
+                service(study_id=study.pk)
+                self.message_user(request, f"{study}: {verb}.", messages.SUCCESS)
+            except study_services.StudyStateError as exc:
+                self.message_user(request, f"{study}: {exc}", messages.ERROR)
+
+    @admin.action(description="Publish selected studies")
+    def publish(self, request, queryset):
+        self._run(request, queryset, study_services.study_publish, "published")
+
+    @admin.action(description="Pause selected studies")
+    def pause(self, request, queryset):
+        self._run(request, queryset, study_services.study_pause, "paused")
+
+    @admin.action(description="Close selected studies")
+    def close(self, request, queryset):
+        self._run(request, queryset, study_services.study_close, "closed")
+
+
+@admin.register(Round)
+class RoundAdmin(admin.ModelAdmin):
+    list_display = ("study", "number", "state", "created_at", "closed_at")
+    list_filter = ("state",)
+
+
+@admin.register(Target)
+class TargetAdmin(admin.ModelAdmin):
+    list_display = (
+        "full_stem",
+        "round",
+        "click_type",
+        "model_type",
+        "valid_pc",
+        "valid_mobile",
+        "inflight_pc",
+        "inflight_mobile",
+    )
+    list_filter = ("round__study", "click_type", "model_type")
+    search_fields = ("full_stem",)
+    raw_id_fields = ("instance", "source_click")
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = ("pseudonym", "platform", "created_at", "excluded")
+    list_filter = ("platform", "excluded")
+    search_fields = ("pseudonym",)
+    exclude = ("external_id",)  # the platform id stays out of researcher pages; pseudonyms only
+    readonly_fields = ("platform", "pseudonym", "created_at")
+
+
+class TrialInline(admin.TabularInline):
+    model = Trial
+    fields = ("position", "target", "blocked_clicks", "flags", "phase_onsets_ms")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    list_display = ("id", "study", "worker", "device", "status", "validity", "valid_clicks", "started_at")
+    list_filter = ("study", "device", "status", "validity")
+    readonly_fields = [f.name for f in Session._meta.fields]
+    inlines = [TrialInline]
+
+
+@admin.register(Click)
+class ClickAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "trial",
+        "x",
+        "y",
+        "pointer_type",
+        "reaction_ms",
+        "is_valid",
+        "distance_px",
+        "invalid_reason",
+    )
+    list_filter = ("is_valid", "pointer_type", "invalid_reason")
+    readonly_fields = [f.name for f in Click._meta.fields]

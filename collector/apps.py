@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class CollectorConfig(AppConfig):
+    name = "collector"
+    verbose_name = "Clicklab"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,19 @@
+"""The domain model (see docs/architecture.md). One module per part of the flow."""
+
+from .datasets import Dataset, Image, Instance
+from .sessions import Click, Session, Trial, Worker
+from .studies import DisplayMode, Round, Study, Target
+
+__all__ = [
+    "Click",
+    "Dataset",
+    "DisplayMode",
+    "Image",
+    "Instance",
+    "Round",
+    "Session",
+    "Study",
+    "Target",
+    "Trial",
+    "Worker",
+]

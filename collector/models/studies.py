@@ -1,0 +1,176 @@
+"""Studies, their rounds, and the targets a trial asks a worker to click."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from .datasets import Dataset, Instance
+
+
+class DisplayMode(models.TextChoices):
+    """How the target is shown in phase B (names as RClicks writes them in previews.csv)."""
+
+    TEXT_DESCRIPTION = "Text_Description", "Text Description"
+    OBJECT_CUTOUT = "Object_CutOut", "Object CutOut"
+    SHIFTED_CUTOUT = "Shifted_CutOut", "Shifted CutOut"
+    SILHOUETTE_MASK = "Silhouette_Mask", "Silhouette Mask"
+    HIGHLIGHTED_INSTANCE = "Highlighted_Instance", "Highlighted Instance"
+
+
+class Platform(models.TextChoices):
+    LINK = "link", "Standalone signed links"
+    TOLOKA = "toloka", "Toloka"
+    PROLIFIC = "prolific", "Prolific"
+    MTURK = "mturk", "Amazon Mechanical Turk"
+
+
+class Study(models.Model):
+    class State(models.TextChoices):
+        DRAFT = "draft"
+        PUBLISHED = "published"
+        PAUSED = "paused"
+        CLOSED = "closed"
+
+    name = models.CharField(max_length=200)
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="studies")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="studies", null=True, blank=True
+    )
+    researchers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="shared_studies",
+        blank=True,
+        help_text="Others who may see it.",
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.DRAFT)
+    display_mode = models.CharField(
+        max_length=40, choices=DisplayMode.choices, default=DisplayMode.OBJECT_CUTOUT
+    )
+    # Phase durations (ms): A image, B target, C image with clicking blocked; D lasts until the click.
+    image_ms = models.PositiveIntegerField(default=1500)
+    target_ms = models.PositiveIntegerField(
+        default=2000, help_text="Phase B for every mode but Text Description."
+    )
+    text_ms = models.PositiveIntegerField(default=2500, help_text="Phase B in Text Description mode.")
+    blocked_ms = models.PositiveIntegerField(default=1500)
+    batch_size = models.PositiveSmallIntegerField(default=10, validators=[MinValueValidator(1)])
+    quota_pc = models.PositiveIntegerField(default=25, help_text="Valid PC clicks wanted per target.")
+    quota_mobile = models.PositiveIntegerField(default=25, help_text="Valid mobile clicks wanted per target.")
+    radius_fraction = models.FloatField(
+        default=0.01,
+        validators=[MinValueValidator(0.0), MaxValueValidator(0.5)],
+        help_text="Click radius as a fraction of the image diagonal (a click this close to the region counts).",
+    )
+    min_valid_per_session = models.PositiveSmallIntegerField(
+        default=7, help_text="Valid clicks a batch needs."
+    )
+    min_reaction_ms = models.PositiveIntegerField(
+        default=150, help_text="Reaction times below are a quality flag."
+    )
+    session_timeout_s = models.PositiveIntegerField(
+        default=1800, help_text="Unfinished sessions expire after."
+    )
+    display_long_side = models.PositiveIntegerField(
+        default=1280, help_text="Long side of display images (px)."
+    )
+    min_error_area_px = models.PositiveIntegerField(
+        default=100, help_text="Smaller error regions are dropped."
+    )
+    max_rounds = models.PositiveSmallIntegerField(
+        default=2, help_text="Round 1 (first clicks) + corrections."
+    )
+    platform = models.CharField(max_length=20, choices=Platform.choices, default=Platform.LINK)
+    platform_config = models.JSONField(default=dict, blank=True)
+    reward_per_batch = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal("0.02"))
+    currency = models.CharField(max_length=3, default="USD")
+    created_at = models.DateTimeField(auto_now_add=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "studies"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def phase_b_ms(self) -> int:
+        return self.text_ms if self.display_mode == DisplayMode.TEXT_DESCRIPTION else self.target_ms
+
+    def quota_for(self, device: str) -> int:
+        return self.quota_pc if device == "pc" else self.quota_mobile
+
+
+class Round(models.Model):
+    class State(models.TextChoices):
+        OPEN = "open"
+        BUILDING = "building", "building next round"
+        CLOSED = "closed"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="rounds")
+    number = models.PositiveSmallIntegerField(help_text="1 = first clicks; 2.. = corrections.")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
+    created_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["study_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["study", "number"], name="round_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.study} round {self.number}"
+
+
+class Target(models.Model):
+    """What one trial asks a worker to click: an instance (round 1) or an error region of a previous
+    mask (fn/fp). Quota counters are per device: ``valid_*`` count clicks of counted sessions,
+    ``inflight_*`` the trials of sessions still running (allocation keeps both under quota)."""
+
+    class ClickType(models.TextChoices):
+        FIRST = "first"
+        FN = "fn"
+        FP = "fp"
+
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="targets")
+    instance = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="targets")
+    click_type = models.CharField(max_length=5, choices=ClickType.choices, default=ClickType.FIRST)
+    model_type = models.CharField(
+        max_length=20, blank=True, default="", help_text="Segmenter of the previous mask."
+    )
+    full_stem = models.CharField(max_length=400, help_text="RClicks task key (see rclicks-protocol §1.1).")
+    previous_mask_file = models.FileField(max_length=500, blank=True, default="")
+    error_mask_file = models.FileField(
+        max_length=500, blank=True, default="", help_text="fn/fp region, 0/255 PNG."
+    )
+    error_area = models.PositiveIntegerField(default=0)
+    previous_iou = models.FloatField(null=True, blank=True)
+    source_click = models.ForeignKey(
+        "collector.Click", on_delete=models.SET_NULL, null=True, blank=True, related_name="derived_targets"
+    )
+    source_device = models.CharField(max_length=10, blank=True, default="")
+    source_index = models.PositiveIntegerField(
+        null=True, blank=True, help_text="k of the _<device>_<k> suffix."
+    )
+    stimuli = models.JSONField(default=dict, blank=True, help_text="Rendered stimulus files by kind.")
+    valid_pc = models.PositiveIntegerField(default=0)
+    valid_mobile = models.PositiveIntegerField(default=0)
+    inflight_pc = models.PositiveIntegerField(default=0)
+    inflight_mobile = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["round_id", "id"]
+        constraints = [models.UniqueConstraint(fields=["round", "full_stem"], name="target_unique_full_stem")]
+        indexes = [models.Index(fields=["round", "valid_pc"]), models.Index(fields=["round", "valid_mobile"])]
+
+    def __str__(self) -> str:
+        return self.full_stem
+
+    def valid_for(self, device: str) -> int:
+        return self.valid_pc if device == "pc" else self.valid_mobile
+
+    def inflight_for(self, device: str) -> int:
+        return self.inflight_pc if device == "pc" else self.inflight_mobile

@@ -1,0 +1,96 @@
+"""Creating, publishing, pausing and closing studies."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from collector.models import Dataset, Instance, Round, Study, Target
+from config.celery import app as celery_app
+
+logger = logging.getLogger(__name__)
+
+#: Celery task that renders the stimuli of a round's targets (tasks/stimuli.py).
+RENDER_ROUND_STIMULI_TASK = "tasks.stimuli.render_round_stimuli"
+
+
+class StudyStateError(Exception):
+    """The study is not in a state that allows the action; the message says which state it needs."""
+
+
+def study_create(*, name: str, dataset: Dataset, owner=None, **settings_fields) -> Study:
+    """A draft study of ``dataset``; ``settings_fields`` are Study fields (display_mode, quotas, ...)."""
+    unknown = set(settings_fields) - {f.name for f in Study._meta.get_fields()}
+    if unknown:
+        raise ValueError(f"unknown study setting(s): {', '.join(sorted(unknown))}")
+    study = Study(name=name, dataset=dataset, owner=owner, **settings_fields)
+    study.full_clean(exclude=["owner"])
+    study.save()
+    return study
+
+
+def round_create_first(*, study: Study) -> Round:
+    """Round 1: one ``first`` target per instance of the study's dataset. Call inside a transaction."""
+    round_1 = Round.objects.create(study=study, number=1)
+    instances = Instance.objects.filter(image__dataset=study.dataset).select_related("image")
+    Target.objects.bulk_create(
+        [
+            Target(
+                round=round_1,
+                instance=instance,
+                click_type=Target.ClickType.FIRST,
+                full_stem=instance.first_round_full_stem,
+            )
+            for instance in instances
+        ]
+    )
+    return round_1
+
+
+def study_publish(*, study_id: int) -> Study:
+    """draft → published (creating round 1 and enqueueing its stimuli), or paused → published."""
+    with transaction.atomic():
+        study = Study.objects.select_for_update().get(pk=study_id)
+        if study.state == Study.State.PUBLISHED:
+            return study
+        if study.state == Study.State.CLOSED:
+            raise StudyStateError(f"study {study.pk} is closed; a closed study cannot be published again.")
+        if study.state == Study.State.DRAFT:
+            if not Instance.objects.filter(image__dataset=study.dataset).exists():
+                raise StudyStateError(
+                    f"dataset {study.dataset} has no instances; import images and masks first."
+                )
+            round_1 = round_create_first(study=study)
+            study.published_at = timezone.now()
+            transaction.on_commit(lambda: celery_app.send_task(RENDER_ROUND_STIMULI_TASK, args=[round_1.pk]))
+        study.state = Study.State.PUBLISHED
+        study.save(update_fields=["state", "published_at"])
+    logger.info("study published", extra={"study_id": study.pk})
+    return study
+
+
+def study_pause(*, study_id: int) -> Study:
+    with transaction.atomic():
+        study = Study.objects.select_for_update().get(pk=study_id)
+        if study.state != Study.State.PUBLISHED:
+            raise StudyStateError(f"study {study.pk} is {study.state}; only a published study can be paused.")
+        study.state = Study.State.PAUSED
+        study.save(update_fields=["state"])
+    return study
+
+
+def study_close(*, study_id: int) -> Study:
+    with transaction.atomic():
+        study = Study.objects.select_for_update().get(pk=study_id)
+        if study.state != Study.State.CLOSED:
+            study.state = Study.State.CLOSED
+            study.closed_at = timezone.now()
+            study.save(update_fields=["state", "closed_at"])
+    return study
+
+
+def study_open_round(*, study: Study) -> Round | None:
+    """The round workers currently get targets from (the highest open one), or None."""
+    return study.rounds.filter(state=Round.State.OPEN).order_by("-number").first()

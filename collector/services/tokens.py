@@ -1,0 +1,50 @@
+"""Signed annotator tokens: each one names exactly one session and nothing else.
+
+Tokens are ``django.core.signing`` values (HMAC-SHA256 with SECRET_KEY and a purpose salt), carried in
+URLs and request bodies rather than cookies, so framed platforms (MTurk) work without third-party cookies.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core import signing
+
+_SESSION_SALT = "clicklab.annotator.session.v1"
+_STUDY_LINK_SALT = "clicklab.study.link.v1"
+
+
+class TokenInvalid(Exception):
+    """The token is malformed, forged, for another purpose, or expired."""
+
+
+def session_token_make(*, session_id: int) -> str:
+    return signing.dumps({"s": session_id}, salt=_SESSION_SALT, compress=False)
+
+
+def session_token_read(*, token: str, max_age_s: int | None = None) -> int:
+    """Session id named by ``token``; raises TokenInvalid."""
+    age = settings.ANNOTATOR_TOKEN_MAX_AGE_S if max_age_s is None else max_age_s
+    try:
+        payload = signing.loads(token, salt=_SESSION_SALT, max_age=age)
+    except signing.SignatureExpired:
+        raise TokenInvalid("this task link has expired; open the task again from the platform.") from None
+    except signing.BadSignature:
+        raise TokenInvalid("this task link is not valid; open the task again from the platform.") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("s"), int):
+        raise TokenInvalid("this task link is not valid; open the task again from the platform.")
+    return payload["s"]
+
+
+def study_link_token_make(*, study_id: int, device: str = "") -> str:
+    """A reusable entry link for a study (standalone platform): each visit mints its own worker."""
+    return signing.dumps({"study": study_id, "device": device}, salt=_STUDY_LINK_SALT, compress=False)
+
+
+def study_link_token_read(*, token: str) -> dict:
+    try:
+        payload = signing.loads(token, salt=_STUDY_LINK_SALT)
+    except signing.BadSignature:
+        raise TokenInvalid("this study link is not valid; ask the researcher for a new link.") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("study"), int):
+        raise TokenInvalid("this study link is not valid; ask the researcher for a new link.")
+    return payload

@@ -1,0 +1,258 @@
+"""One settings module for every environment, driven by environment variables.
+
+Embedded default (no environment): SQLite under ``var/`` and a Celery broker on the local file system,
+with a real worker process (``make demo`` starts one). Production: ``DATABASE_URL`` (PostgreSQL) and
+``CELERY_BROKER_URL`` (Redis), ``SECRET_KEY``, ``ALLOWED_HOSTS``; ``DEBUG`` is off unless asked for.
+Secrets are read from the environment only and never logged (see ``config.logging_filters``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"environment variable {name}={value!r}: use true or false.")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+VAR_DIR = Path(os.environ.get("CLICKLAB_VAR_DIR", BASE_DIR / "var"))
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+EMBEDDED = not DATABASE_URL
+
+DEBUG = env_bool("DEBUG", default=EMBEDDED)
+
+
+def _secret_key() -> str:
+    key = os.environ.get("SECRET_KEY", "")
+    if key:
+        return key
+    if not EMBEDDED and not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: production (DATABASE_URL set, DEBUG off) needs a SECRET_KEY environment "
+            "variable of at least 50 random characters."
+        )
+    # Embedded default: one random key per installation, kept under var/ (never in the repository).
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(64))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG or EMBEDDED else "")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "collector",
+    "annotation_ui",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": Path(os.environ.get("CLICKLAB_SQLITE_PATH", VAR_DIR / "clicklab.sqlite3")),
+            # IMMEDIATE transactions take the write lock at BEGIN, so concurrent writers queue instead of
+            # failing with "database is locked" on lock upgrade; WAL lets readers run beside a writer.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": VAR_DIR / "test_clicklab.sqlite3"},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("ru", "Russian")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(os.environ.get("CLICKLAB_STATIC_ROOT", VAR_DIR / "staticfiles"))
+MEDIA_URL = "media/"
+MEDIA_ROOT = Path(os.environ.get("CLICKLAB_MEDIA_ROOT", VAR_DIR / "media"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+# Datasets are imported from disk by a management command, never uploaded through a form; the pixel
+# limit for images is Pillow's (checked in benchmark.datasets.verify_image_file).
+FILE_UPLOAD_PERMISSIONS = 0o640
+
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# --- security (production) ------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    if env_bool("BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Celery ---------------------------------------------------------------------------------------
+BROKER_DIR = Path(os.environ.get("CLICKLAB_BROKER_DIR", VAR_DIR / "broker"))
+if CELERY_BROKER_URL:
+    CELERY = {"broker_url": CELERY_BROKER_URL}
+else:
+    # kombu's file-system transport: messages are files under var/broker, so a real worker process runs
+    # with no broker server.
+    for sub in ("queue", "processed", "control"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY = {
+        "broker_url": "filesystem://",
+        "broker_transport_options": {
+            "data_folder_in": str(BROKER_DIR / "queue"),
+            "data_folder_out": str(BROKER_DIR / "queue"),
+            "processed_folder": str(BROKER_DIR / "processed"),
+            "control_folder": str(BROKER_DIR / "control"),
+            "store_processed": False,
+        },
+    }
+CELERY.update(
+    {
+        "task_default_queue": "default",
+        "task_queues": (Queue("default", routing_key="default"), Queue("models", routing_key="models")),
+        "task_routes": {
+            "tasks.segmentation.*": {"queue": "models"},
+            "tasks.benchmark.*": {"queue": "models"},
+        },
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "timezone": "UTC",
+        "broker_connection_retry_on_startup": True,
+        "task_always_eager": False,
+        "beat_schedule": {},
+    }
+)
+
+# --- Clicklab -------------------------------------------------------------------------------------
+# Annotator links are signed with SECRET_KEY (salted); a token is scoped to one session.
+ANNOTATOR_TOKEN_MAX_AGE_S = int(os.environ.get("ANNOTATOR_TOKEN_MAX_AGE_S", str(7 * 24 * 3600)))
+# Public base URL used in links handed to crowd platforms (no trailing slash).
+PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+SEGMENTER_CHECKPOINT_DIR = Path(os.environ.get("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
+# Segmenters run by the next-round build, by registry name (see segmenters/README.md).
+NEXT_ROUND_SEGMENTERS = env_list("CLICKLAB_NEXT_ROUND_SEGMENTERS", "embedded")
+TOLOKA_TOKEN = os.environ.get("TOLOKA_TOKEN", "")
+TOLOKA_API_URL = os.environ.get("TOLOKA_API_URL", "https://toloka.dev").rstrip("/")
+PROLIFIC_TOKEN = os.environ.get("PROLIFIC_TOKEN", "")
+AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
+AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+MTURK_SANDBOX = env_bool("MTURK_SANDBOX", True)
+MTURK_ENDPOINT_URL = os.environ.get("MTURK_ENDPOINT_URL", "")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact_secrets": {"()": "config.logging_filters.RedactSecretsFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]},
+    },
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
