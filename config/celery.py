@@ -18,6 +18,5 @@ def _configure() -> None:
 
 
 _configure()
-app.autodiscover_tasks(
-    ["tasks"], related_name=None, force=True
-)  # imports tasks/__init__, which imports every module
+# Lazy (no force): the worker imports ``tasks`` once Django is set up; tasks/__init__ imports every module.
+app.autodiscover_tasks(["tasks"], related_name=None)

@@ -95,6 +95,16 @@ def _read_descriptions(root: Path) -> dict[tuple[str, str], str]:
         return {(row["image_stem"], row["object_stem"]): row["description"] for row in reader}
 
 
+def _check_lengths(sample: Sample) -> None:
+    limits = (
+        (sample.key.image_stem, Image._meta.get_field("stem").max_length, sample.image_path, "image stem"),
+        (sample.key.object_stem, Instance._meta.get_field("object_stem").max_length, sample.mask_path, "object stem"),
+    )
+    for value, limit, path, what in limits:
+        if len(value) > limit:
+            raise ImportFailed(f"{path}: the {what} is {len(value)} characters long (at most {limit}); rename the file.")
+
+
 def _prepare(samples: list[Sample], descriptions: dict, progress: Progress | None) -> list[_Prepared]:
     """Decode and check every sample; raises ImportFailed on the first bad file (nothing written yet)."""
     prepared: list[_Prepared] = []
@@ -102,6 +112,7 @@ def _prepare(samples: list[Sample], descriptions: dict, progress: Progress | Non
     for index, sample in enumerate(samples):
         if progress:
             progress(index, len(samples), f"checking {sample.image_path.name}")
+        _check_lengths(sample)
         try:
             checked = validate_sample(sample)
         except DatasetError as exc:
@@ -191,26 +202,25 @@ def dataset_import(
 
 def _write(name: str, layout: str, root: Path, prepared: list[_Prepared]) -> ImportResult:
     media_root = Path(settings.MEDIA_ROOT)
-    base = Path("datasets") / (slugify(name) or "dataset")
-    if (media_root / base).exists() and not Dataset.objects.filter(name=name).exists():
-        # Left over from a crash outside our cleanup (e.g. a killed process); it belongs to no row.
-        shutil.rmtree(media_root / base)
-    written: list[Path] = []
+    written: dict[str, Path] = {}
 
     def put(relative: Path, data: bytes | None = None, source: Path | None = None) -> str:
-        target = media_root / relative
-        if not target.exists():
+        """Write one file (overwriting leftovers of a crashed run); remembered for cleanup on failure."""
+        key = relative.as_posix()
+        if key not in written:
+            target = media_root / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             if source is not None:
                 shutil.copyfile(source, target)
             else:
                 target.write_bytes(data or b"")
-            written.append(target)
-        return relative.as_posix()
+            written[key] = target
+        return key
 
     try:
         with transaction.atomic():
             dataset = Dataset.objects.create(name=name, layout=layout, source_path=str(root))
+            base = Path("datasets") / f"{dataset.pk}-{slugify(name) or 'dataset'}"
             images: dict[str, Image] = {}
             for item in prepared:
                 sample = item.sample
@@ -255,7 +265,7 @@ def _write(name: str, layout: str, root: Path, prepared: list[_Prepared]) -> Imp
                     text_description=item.description,
                 )
     except BaseException:
-        for path in written:
+        for path in written.values():
             path.unlink(missing_ok=True)
         raise
     logger.info("dataset imported", extra={"dataset_id": dataset.pk, "instances": len(prepared)})

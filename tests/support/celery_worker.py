@@ -33,6 +33,10 @@ def worker_environment() -> dict[str, str]:
         host = db.get("HOST") or "127.0.0.1"
         port = db.get("PORT") or 5432
         env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+    from django.conf import settings
+
+    env["SECRET_KEY"] = settings.SECRET_KEY  # tokens and codes made by one process must check in the other
+    env["CLICKLAB_MEDIA_ROOT"] = str(settings.MEDIA_ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
