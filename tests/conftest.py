@@ -46,7 +46,44 @@ def grabcut_root() -> Path:
 
 
 # --------------------------------------------------------------------------------------------------
+# Test settings differ from the environment's only here
+
+
+@pytest.fixture(scope="session", autouse=True)
+def plain_http_pages(request):
+    """Serve pages over plain http with unhashed static names, whatever DEBUG says.
+
+    With DATABASE_URL set the settings are production ones (DEBUG off): an HTTPS redirect, secure cookies
+    and a static-files manifest that only ``collectstatic`` makes. Tests talk plain http to the test client
+    and to live servers, so those three are switched off; everything else stays as production has it.
+    Session-wide, before any live server starts (its middleware reads these settings once).
+    """
+    if not request.config.pluginmanager.hasplugin("django"):  # library tests run with -p no:django too
+        yield None
+        return
+    from django.conf import settings
+    from django.test import override_settings
+
+    # override_settings (not plain assignment) sends setting_changed, which drops cached storages
+    override = override_settings(
+        SECURE_SSL_REDIRECT=False,
+        SESSION_COOKIE_SECURE=False,
+        CSRF_COOKIE_SECURE=False,
+        STORAGES={
+            **settings.STORAGES,
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        },
+    )
+    override.enable()
+    yield settings
+    override.disable()
+
+
+# --------------------------------------------------------------------------------------------------
 # Celery: a real worker process
+
+
+_SHARED_WORKERS: list = []
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +98,22 @@ def celery_worker(django_db_setup, django_db_blocker):
         purge_queues()
         worker = CeleryWorkerProcess()
         worker.start()
+    _SHARED_WORKERS.append(worker)
     yield worker
+    _SHARED_WORKERS.remove(worker)
     worker.stop()
+
+
+@pytest.fixture
+def exclusive_broker():
+    """For tests that run (and kill) workers of their own: the shared worker steps aside meanwhile, so no
+    other consumer takes their messages; it comes back afterwards."""
+    paused = [worker for worker in _SHARED_WORKERS if worker.running]
+    for worker in paused:
+        worker.stop()
+    yield
+    for worker in paused:
+        worker.start()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,3 +147,24 @@ def chromium():
         browser = playwright.chromium.launch(executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS, headless=True)
         yield browser
         browser.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# PLATFORMS: the local fake Toloka API (tests/fakes/toloka_api.py), served over HTTP on 127.0.0.1
+
+FAKE_TOLOKA_TOKEN = "AQAAAAfakeTolokaToken0123456789xyz"
+
+
+@pytest.fixture
+def fake_toloka(settings):
+    """A fresh fake Toloka API on a free port; settings point the real toloka-kit client at it
+    (TOLOKA_API_URL, TOLOKA_TOKEN, one retry, short timeouts)."""
+    from tests.fakes.toloka_api import serve
+
+    with serve(token=FAKE_TOLOKA_TOKEN) as server:
+        settings.TOLOKA_API_URL = server.url
+        settings.TOLOKA_TOKEN = FAKE_TOLOKA_TOKEN
+        settings.TOLOKA_RETRIES = 1
+        settings.TOLOKA_TIMEOUT_S = 1.0
+        settings.TOLOKA_ENTRY_TIMEOUT_S = 1.0
+        yield server

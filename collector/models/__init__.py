@@ -17,3 +17,4 @@ __all__ = [
     "Trial",
     "Worker",
 ]
+from .platforms import PlatformCampaign, PlatformPool, PlatformSubmission, PlatformTaskBatch  # noqa: E402,F401  (PLATFORMS)

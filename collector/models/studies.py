@@ -68,6 +68,15 @@ class Study(models.Model):
     min_valid_per_session = models.PositiveSmallIntegerField(
         default=7, help_text="Valid clicks a batch needs."
     )
+    min_batch_size = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "Fewest trials a session may start with when fewer than batch_size targets are left for the "
+            "worker (the valid-click threshold scales: ceil(min_valid_per_session * trials / batch_size)). "
+            "Set it to batch_size to allow full batches only."
+        ),
+    )
     min_reaction_ms = models.PositiveIntegerField(
         default=150, help_text="Reaction times below are a quality flag."
     )

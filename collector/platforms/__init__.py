@@ -6,6 +6,32 @@ theirs (see ``../shared/spec/crowd-platforms.md`` §4.5).
 
 from __future__ import annotations
 
-from .base import FinishAction, PlatformAdapter, get_adapter, register_adapter
+from .base import (
+    Entry,
+    EntryRefused,
+    ExternalSubmission,
+    FinishAction,
+    PlatformAdapter,
+    PlatformConflict,
+    PlatformCredentialsError,
+    PlatformError,
+    PlatformNotSupported,
+    PlatformUnavailable,
+    get_adapter,
+    register_adapter,
+)
 
-__all__ = ["FinishAction", "PlatformAdapter", "get_adapter", "register_adapter"]
+__all__ = [
+    "Entry",
+    "EntryRefused",
+    "ExternalSubmission",
+    "FinishAction",
+    "PlatformAdapter",
+    "PlatformConflict",
+    "PlatformCredentialsError",
+    "PlatformError",
+    "PlatformNotSupported",
+    "PlatformUnavailable",
+    "get_adapter",
+    "register_adapter",
+]

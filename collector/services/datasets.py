@@ -98,11 +98,18 @@ def _read_descriptions(root: Path) -> dict[tuple[str, str], str]:
 def _check_lengths(sample: Sample) -> None:
     limits = (
         (sample.key.image_stem, Image._meta.get_field("stem").max_length, sample.image_path, "image stem"),
-        (sample.key.object_stem, Instance._meta.get_field("object_stem").max_length, sample.mask_path, "object stem"),
+        (
+            sample.key.object_stem,
+            Instance._meta.get_field("object_stem").max_length,
+            sample.mask_path,
+            "object stem",
+        ),
     )
     for value, limit, path, what in limits:
         if len(value) > limit:
-            raise ImportFailed(f"{path}: the {what} is {len(value)} characters long (at most {limit}); rename the file.")
+            raise ImportFailed(
+                f"{path}: the {what} is {len(value)} characters long (at most {limit}); rename the file."
+            )
 
 
 def _prepare(samples: list[Sample], descriptions: dict, progress: Progress | None) -> list[_Prepared]:

@@ -229,7 +229,9 @@ def test_images_are_rgb_like_opencv_reads_them(tmp_path):
     (sample,) = open_dataset(tmp_path, "davis").samples
     loaded = sample.load_image()
     assert loaded.dtype == np.uint8 and loaded.shape == (5, 7, 3)
-    np.testing.assert_array_equal(loaded, cv2.cvtColor(cv2.imread(str(tmp_path / "img" / "c.png")), cv2.COLOR_BGR2RGB))
+    np.testing.assert_array_equal(
+        loaded, cv2.cvtColor(cv2.imread(str(tmp_path / "img" / "c.png")), cv2.COLOR_BGR2RGB)
+    )
     np.testing.assert_array_equal(loaded, image)
 
 

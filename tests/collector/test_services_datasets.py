@@ -129,7 +129,15 @@ def _bad_folder(tmp_path: Path, problem: str) -> tuple[Path, str]:
 
 @pytest.mark.parametrize(
     "problem",
-    ["missing_mask", "size_mismatch", "empty_mask", "truncated_image", "not_an_image", "non_image_file", "unsafe_stem"],
+    [
+        "missing_mask",
+        "size_mismatch",
+        "empty_mask",
+        "truncated_image",
+        "not_an_image",
+        "non_image_file",
+        "unsafe_stem",
+    ],
 )
 def test_bad_input_names_the_file_and_imports_nothing(tmp_path, media_root, problem):
     folder, expected = _bad_folder(tmp_path, problem)
@@ -162,7 +170,9 @@ def test_tetris_mask_without_any_object(tmp_path, media_root):
 def test_command_reports_and_fails_clearly(tmp_path, media_root):
     folder = draw_dataset_folder(tmp_path / "cmd", n_images=2)
     out = io.StringIO()
-    call_command("import_dataset", str(folder), "--layout", "folder", "--name", "Cmd", "--no-progress", stdout=out)
+    call_command(
+        "import_dataset", str(folder), "--layout", "folder", "--name", "Cmd", "--no-progress", stdout=out
+    )
     assert "imported dataset 'Cmd'" in out.getvalue() and "2 images, 2 instances" in out.getvalue()
     (folder / "masks" / "img01.png").unlink()
     with pytest.raises(CommandError, match="nothing was imported: .*img01.jpg: no mask"):
@@ -176,7 +186,17 @@ def test_process_killed_mid_import_leaves_no_rows(tmp_path):
     media = tmp_path / "killed-media"
     env = worker_environment()
     env["CLICKLAB_MEDIA_ROOT"] = str(media)
-    cmd = [sys.executable, "manage.py", "import_dataset", str(folder), "--layout", "folder", "--name", "Killed", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "manage.py",
+        "import_dataset",
+        str(folder),
+        "--layout",
+        "folder",
+        "--name",
+        "Killed",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     deadline = time.monotonic() + 120

@@ -76,6 +76,10 @@ class CeleryWorkerProcess:
             time.sleep(0.2)
         raise RuntimeError(f"celery worker not ready after {timeout_s}s:\n{self.log()}")
 
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def log(self) -> str:
         if not self.log_path.exists():
             return ""

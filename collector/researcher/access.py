@@ -1,0 +1,44 @@
+"""Who gets into the researcher area, and the study lookup every page uses."""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404
+
+from collector.models import Study
+from collector.selectors.permissions import studies_visible_to, user_can_change_study, user_is_researcher
+
+
+def researcher_required(view):
+    """Anonymous visitors go to the login page; logged-in users who are not researchers get 403."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), settings.RESEARCHER_LOGIN_URL)
+        if not user_is_researcher(request.user):
+            raise PermissionDenied(
+                "This area is for researchers: ask an administrator to make your account staff or add it "
+                "to the group 'researchers'."
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def visible_study_or_404(*, user, study_id: int) -> Study:
+    """The study if ``user`` may see it; 404 otherwise (another researcher's study does not exist for you)."""
+    return get_object_or_404(studies_visible_to(user).select_related("dataset", "owner"), pk=study_id)
+
+
+def changeable_study_or_403(*, user, study_id: int) -> Study:
+    study = visible_study_or_404(user=user, study_id=study_id)
+    if not user_can_change_study(user, study):
+        raise PermissionDenied(
+            f"study {study.pk} is shared with you to look at; only its owner can change it."
+        )
+    return study

@@ -1,0 +1,330 @@
+"""Validating a finished session: per-click validity, the 7-of-10 rule, quality flags, quota counters.
+
+The rule (rclicks-protocol §2, issue 4): a click is valid if its pixel lies in the target region (the
+instance mask for ``first`` targets, the error mask for ``fn``/``fp``), or no farther than
+``r = study.radius_fraction * image diagonal`` from it; a distance exactly equal to ``r`` counts. The
+ignore band (GrabCut/Berkeley value 128) is never region: a click there is judged by its distance to the
+region proper. Coordinates are canonical image pixels (x = column, y = row, origin top-left); a click at
+(x, y) sits on pixel (floor(y), floor(x)) and its distance is the Euclidean distance between pixel indices
+to the nearest region pixel, i.e. the value of the Euclidean distance transform of the non-region at that
+pixel. A click outside the image, or in a trial the player flagged (tab hidden, focus lost, viewport
+changed), is invalid whatever its distance.
+
+A session counts when it has at least ``required_valid_clicks`` valid clicks (``min_valid_per_session`` of
+``batch_size``, scaled for a shorter batch). Only valid clicks of counted sessions add to ``valid_<device>``;
+every trial's in-flight slot is released. The whole validation of a session is one transaction guarded by
+``validated_at IS NULL`` under ``SELECT ... FOR UPDATE``, so a redelivered task (worker killed mid-run)
+either finds nothing done and does everything, or finds it done and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+from threading import Lock
+
+import numpy as np
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from PIL import Image as PILImage
+
+from collector.models import Click, Round, Session, Target, Trial
+from collector.services.allocation import inflight_release
+from collector.services.quality import session_quality_flags
+from collector.services.rounds import round_close_if_full
+from config.celery import app as celery_app
+
+logger = logging.getLogger(__name__)
+
+#: This module's own task (tasks/validation.py), sent again by ``validations_requeue``.
+VALIDATE_SESSION_TASK = "tasks.validation.validate_session"
+
+
+class ValidationError(RuntimeError):
+    """A file the validation needs is missing or unreadable; the message names it and what to do."""
+
+
+# --------------------------------------------------------------------------------------------------
+# geometry (pure numpy)
+
+
+def region_distance_px(*, region: np.ndarray, row: int, col: int) -> float:
+    """Euclidean distance (px) from pixel (row, col) to the nearest True pixel of ``region``.
+
+    ``region``: bool (H, W). (row, col) may lie outside the image. Returns 0.0 inside the region and
+    ``inf`` for an empty region. Equal to ``scipy.ndimage.distance_transform_edt(~region)[row, col]`` for
+    pixels inside the image, but computed in a window around the click that grows until the nearest
+    region pixel found is provably the global nearest (any pixel outside a window of half-size R is more
+    than R away), so a valid click costs a few hundred pixels instead of a whole-image transform.
+    """
+    height, width = region.shape
+    if 0 <= row < height and 0 <= col < width and region[row, col]:
+        return 0.0
+    # Distance from the click to the image's bounding box: the window must reach the image at least.
+    gap = max(0, -row, row - height + 1, -col, col - width + 1)
+    half = max(8, gap + 8)
+    limit = max(height, width) + gap + 1
+    while True:
+        r0, r1 = max(0, row - half), min(height, row + half + 1)
+        c0, c1 = max(0, col - half), min(width, col + half + 1)
+        rows, cols = np.nonzero(region[r0:r1, c0:c1]) if r0 < r1 and c0 < c1 else ((), ())
+        if len(rows):
+            best = float(np.sqrt(np.min((rows + r0 - row) ** 2 + (cols + c0 - col) ** 2)))
+            if best <= half or half >= limit:
+                return best
+        elif half >= limit:
+            return math.inf
+        half *= 2
+
+
+@dataclass(frozen=True)
+class ClickVerdict:
+    """What the validation decides for one click (``distance_px`` None only when there is no click)."""
+
+    is_valid: bool
+    distance_px: float | None
+    invalid_reason: str
+
+
+def click_verdict(
+    *,
+    x: float,
+    y: float,
+    region: np.ndarray,
+    ignore: np.ndarray | None,
+    radius_px: float,
+    trial_flagged: bool = False,
+) -> ClickVerdict:
+    """Judge one click at canonical (x, y) px against ``region`` (bool HxW) with radius ``radius_px``.
+
+    ``ignore``: bool HxW ignore band or None. Reasons, first match wins: ``outside_image``,
+    ``trial_flagged``, then (if farther than the radius) ``ignore_band`` when the pixel is in the band,
+    else ``outside_region``.
+    """
+    height, width = region.shape
+    col, row = math.floor(x), math.floor(y)
+    distance = region_distance_px(region=region, row=row, col=col)
+    inside_image = 0 <= x < width and 0 <= y < height
+    if not inside_image:
+        return ClickVerdict(False, distance, Click.InvalidReason.OUTSIDE_IMAGE)
+    if trial_flagged:
+        return ClickVerdict(False, distance, Click.InvalidReason.TRIAL_FLAGGED)
+    if distance <= radius_px:
+        return ClickVerdict(True, distance, Click.InvalidReason.NONE)
+    if ignore is not None and ignore[row, col]:
+        return ClickVerdict(False, distance, Click.InvalidReason.IGNORE_BAND)
+    return ClickVerdict(False, distance, Click.InvalidReason.OUTSIDE_REGION)
+
+
+def required_valid_clicks(*, min_valid_per_session: int, batch_size: int, n_trials: int) -> int:
+    """Valid clicks a session of ``n_trials`` needs: ``min_valid_per_session`` for a full batch, scaled
+    (rounded up) for a shorter one, never more than ``n_trials``. 7 of 10 → 3 of 4 → 1 of 1."""
+    if n_trials >= batch_size:
+        return min(min_valid_per_session, n_trials)
+    return min(n_trials, math.ceil(min_valid_per_session * n_trials / batch_size))
+
+
+# --------------------------------------------------------------------------------------------------
+# masks
+
+
+class _MaskCache:
+    """Decoded masks by storage name, most recently used kept. Mask files are written once (import, round
+    build) and never rewritten under the same name. Memory: one bool byte per pixel per entry."""
+
+    def __init__(self, max_pixels: int = 64 * 1024 * 1024):
+        self.max_pixels = max_pixels
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pixels = 0
+        self._lock = Lock()
+
+    def get(self, name: str) -> np.ndarray:
+        with self._lock:
+            if name in self._items:
+                self._items.move_to_end(name)
+                return self._items[name]
+        mask = _read_mask(name)
+        with self._lock:
+            if name not in self._items:
+                self._items[name] = mask
+                self._pixels += mask.size
+                while self._pixels > self.max_pixels and len(self._items) > 1:
+                    _, dropped = self._items.popitem(last=False)
+                    self._pixels -= dropped.size
+        return mask
+
+
+def _read_mask(name: str) -> np.ndarray:
+    try:
+        with default_storage.open(name, "rb") as handle:
+            picture = PILImage.open(handle)
+            picture.load()
+    except FileNotFoundError:
+        raise ValidationError(
+            f"mask file {name!r} is missing from the media storage; re-import the dataset or rebuild the round."
+        ) from None
+    array = np.asarray(picture.convert("L"))
+    return array > 127
+
+
+mask_cache = _MaskCache()
+
+
+def _target_region(target: Target) -> tuple[np.ndarray, np.ndarray | None]:
+    """(region, ignore) bool arrays at the image's canonical size for one target."""
+    instance = target.instance
+    image = instance.image
+    ignore = mask_cache.get(instance.ignore_file.name) if instance.ignore_file else None
+    if target.click_type == Target.ClickType.FIRST:
+        region = mask_cache.get(instance.mask_file.name)
+    elif target.error_mask_file:
+        region = mask_cache.get(target.error_mask_file.name)
+    elif target.previous_mask_file:
+        # E = M & ~P (fn) or ~M & P (fp), rclicks-protocol §1.2, when the build stored only P.
+        object_mask = mask_cache.get(instance.mask_file.name)
+        previous = mask_cache.get(target.previous_mask_file.name)
+        if previous.shape != object_mask.shape:
+            raise ValidationError(
+                f"previous mask {target.previous_mask_file.name!r} of target {target.pk} is "
+                f"{previous.shape[1]}x{previous.shape[0]}, not the image's {image.width}x{image.height}; "
+                "rebuild the round."
+            )
+        region = (
+            object_mask & ~previous if target.click_type == Target.ClickType.FN else ~object_mask & previous
+        )
+    else:
+        raise ValidationError(
+            f"target {target.pk} ({target.full_stem}) is a {target.click_type} target with neither an error "
+            "mask nor a previous mask file; rebuild the round that created it."
+        )
+    if region.shape != (image.height, image.width):
+        raise ValidationError(
+            f"mask of target {target.pk} ({target.full_stem}) is {region.shape[1]}x{region.shape[0]} but image "
+            f"{image} is {image.width}x{image.height}; re-import the dataset."
+        )
+    if ignore is not None:
+        region = region & ~ignore
+    return region, ignore
+
+
+# --------------------------------------------------------------------------------------------------
+# the service
+
+
+def session_validate(*, session_id: int) -> Session | None:
+    """Validate the finished session ``session_id`` exactly once; returns it, or None if it is gone.
+
+    One transaction: lock the session (``validated_at IS NULL`` guard), judge every click, store
+    ``is_valid``/``distance_px``/``invalid_reason``, set ``validity``/``valid_clicks``/``quality_flags``/
+    ``validated_at``, release the in-flight slots, add the valid clicks of a counted session to
+    ``valid_<device>``, and close the round when every target meets both quotas (which enqueues the next
+    round's build after commit). A session already validated, or not finished (still running or expired),
+    is returned unchanged.
+
+    Raises ValidationError when a mask file is missing (nothing is written; the task retries).
+    """
+    with transaction.atomic():
+        session = Session.objects.select_for_update().select_related("study").filter(pk=session_id).first()
+        if session is None:
+            logger.warning("validation of a missing session", extra={"session_id": session_id})
+            return None
+        if session.validated_at is not None or session.status != Session.Status.FINISHED:
+            return session
+        study = session.study
+        trials = list(
+            Trial.objects.filter(session=session)
+            .select_related("target__instance__image", "click")
+            .order_by("position")
+        )
+        clicks: list[Click] = []
+        valid_target_ids: list[int] = []
+        for trial in trials:
+            click = getattr(trial, "click", None)
+            if click is None:
+                continue
+            region, ignore = _target_region(trial.target)
+            verdict = click_verdict(
+                x=click.x,
+                y=click.y,
+                region=region,
+                ignore=ignore,
+                radius_px=study.radius_fraction * trial.target.instance.image.diagonal_px,
+                trial_flagged=bool(trial.flags),
+            )
+            click.is_valid = verdict.is_valid
+            click.distance_px = None if math.isinf(verdict.distance_px) else verdict.distance_px
+            click.invalid_reason = verdict.invalid_reason
+            clicks.append(click)
+            if verdict.is_valid:
+                valid_target_ids.append(trial.target_id)
+        Click.objects.bulk_update(clicks, ["is_valid", "distance_px", "invalid_reason"])
+
+        n_valid = len(valid_target_ids)
+        required = required_valid_clicks(
+            min_valid_per_session=study.min_valid_per_session,
+            batch_size=study.batch_size,
+            n_trials=len(trials),
+        )
+        counted = n_valid >= required
+        session.valid_clicks = n_valid
+        session.validity = Session.Validity.COUNTED if counted else Session.Validity.REJECTED
+        session.rejection_reason = (
+            ""
+            if counted
+            else f"{n_valid} of {len(trials)} clicks were valid; the study needs at least {required}."
+        )
+        session.quality_flags = session_quality_flags(session=session, trials=trials)
+        session.validated_at = timezone.now()
+        session.save(
+            update_fields=["valid_clicks", "validity", "rejection_reason", "quality_flags", "validated_at"]
+        )
+
+        # Validations of one round take the round's lock before touching counters: target rows are then
+        # always locked by one validation at a time (no deadlock between validations), and the fullness
+        # check below sees every earlier validation's committed counters.
+        Round.objects.select_for_update().filter(pk=session.round_id).first()
+        inflight_release(target_ids=[trial.target_id for trial in trials], device=session.device)
+        if counted and valid_target_ids:
+            field = f"valid_{session.device}"
+            Target.objects.filter(pk__in=valid_target_ids).update(**{field: F(field) + 1})
+        round_close_if_full(round_id=session.round_id)
+
+    logger.info(
+        "session validated",
+        extra={
+            "session_id": session.pk,
+            "study_id": session.study_id,
+            "validity": session.validity,
+            "valid_clicks": n_valid,
+            "trials": len(trials),
+        },
+    )
+    return session
+
+
+def validations_requeue(*, older_than_s: float = 300.0, limit: int = 1000) -> list[int]:
+    """Send ``tasks.validation.validate_session`` again for finished sessions still unvalidated
+    ``older_than_s`` seconds after they finished; returns their ids (at most ``limit``, oldest first).
+
+    A safety net for lost messages (a broker without acknowledgements, like the embedded file-system
+    transport, drops the message of a task whose worker was killed; Redis redelivers it only after its
+    visibility timeout). Sending twice is harmless: validation is guarded by ``validated_at``.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    session_ids = list(
+        Session.objects.filter(
+            status=Session.Status.FINISHED, validated_at__isnull=True, finished_at__lte=cutoff
+        )
+        .order_by("finished_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for session_id in session_ids:
+        celery_app.send_task(VALIDATE_SESSION_TASK, args=[session_id])
+    if session_ids:
+        logger.warning("validations requeued", extra={"session_ids": session_ids})
+    return session_ids

@@ -1,0 +1,56 @@
+"""Exports as single downloadable files: the RClicks folder as a zip, the full export as one file.
+
+Both are written to an anonymous temporary file (removed by the OS when closed) and handed back open at
+offset 0, so a view can stream it with ``FileResponse`` and memory stays flat whatever the export size.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import IO
+
+from exports.full import FullExport, full_export
+from exports.rclicks import RClicksExport, rclicks_export
+
+#: PNG is already compressed; deflating it again costs time and gains nothing.
+_STORED_SUFFIXES = {".png"}
+
+
+def rclicks_zip_write(
+    *, study_ids: list[int], include_invalid: bool = False, previews: bool | None = None
+) -> tuple[IO[bytes], RClicksExport]:
+    """The RClicks export of ``study_ids`` zipped (``clicks.csv``, masks, ...) in an open temp file."""
+    handle = tempfile.TemporaryFile(suffix=".zip")
+    try:
+        with tempfile.TemporaryDirectory(prefix="clicklab-rclicks-") as folder:
+            result = rclicks_export(
+                study_ids=study_ids, out_dir=folder, include_invalid=include_invalid, previews=previews
+            )
+            with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for path in sorted(Path(folder).rglob("*")):
+                    if path.is_file():
+                        kind = zipfile.ZIP_STORED if path.suffix.lower() in _STORED_SUFFIXES else None
+                        archive.write(path, path.relative_to(folder).as_posix(), compress_type=kind)
+    except BaseException:
+        handle.close()
+        raise
+    handle.seek(0)
+    return handle, result
+
+
+def full_file_write(*, study_ids: list[int], format: str) -> tuple[IO[bytes], FullExport]:
+    """The full-fidelity export of ``study_ids`` in ``format`` ("parquet"/"jsonl") in an open temp file."""
+    handle = tempfile.TemporaryFile(suffix=f".{format}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="clicklab-full-") as folder:
+            result = full_export(study_ids=study_ids, out_path=Path(folder) / f"full.{format}", format=format)
+            with open(result.path, "rb") as source:
+                while chunk := source.read(1 << 20):
+                    handle.write(chunk)
+    except BaseException:
+        handle.close()
+        raise
+    handle.seek(0)
+    return handle, result

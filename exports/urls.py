@@ -1,0 +1,10 @@
+from django.urls import path
+
+from exports import views
+
+app_name = "exports"
+urlpatterns = [
+    path("studies/<int:study_id>/rclicks.zip", views.study_rclicks_zip, name="study-rclicks-zip"),
+    path("studies/<int:study_id>/full.parquet", views.study_full_parquet, name="study-full-parquet"),
+    path("studies/<int:study_id>/full.jsonl", views.study_full_jsonl, name="study-full-jsonl"),
+]

@@ -1,0 +1,115 @@
+// Study form: a looping preview of one trial (phases A-D with the chosen durations) and a live budget
+// estimate. Phase B is a server-rendered approximation for one instance of the chosen dataset.
+(function () {
+  "use strict";
+  const form = document.getElementById("study-form");
+  if (!form) return;
+  const datasets = JSON.parse(document.getElementById("datasets-data").textContent);
+  const field = (name) => form.elements.namedItem(name);
+  const image = document.getElementById("preview-image");
+  const text = document.getElementById("preview-text");
+  const dot = document.getElementById("preview-click");
+  const stage = document.getElementById("preview-stage");
+  const caption = document.getElementById("preview-caption");
+  const phaseSpans = document.querySelectorAll("#phase-bar span");
+  const previewUrl = (instanceId, mode) =>
+    window.CLICKLAB_PREVIEW_URL.replace("/0/", "/" + instanceId + "/").replace("MODE", mode);
+
+  const pictures = { A: null, B: null };
+  let timer = null;
+
+  function currentDataset() {
+    const id = parseInt(field("dataset").value, 10);
+    return datasets.find((d) => d.id === id) || null;
+  }
+
+  function durationMs(name, fallback) {
+    const value = parseInt(field(name).value, 10);
+    return Number.isFinite(value) && value >= 0 ? value : fallback;
+  }
+
+  function loadPictures() {
+    const dataset = currentDataset();
+    const mode = field("display_mode").value;
+    if (!dataset || !dataset.sample_instance) {
+      pictures.A = pictures.B = null;
+      caption.textContent = dataset ? "This dataset has no objects yet." : "Choose a dataset to see its first object.";
+      return;
+    }
+    pictures.A = previewUrl(dataset.sample_instance, "image");
+    pictures.B = previewUrl(dataset.sample_instance, mode);
+    new Image().src = pictures.A;  // preload both so the loop never shows a blank frame
+    new Image().src = pictures.B;
+    caption.textContent = dataset.name + ": " + dataset.instances + " objects; showing the first one.";
+  }
+
+  function show(phase) {
+    phaseSpans.forEach((span) => span.classList.toggle("active", span.dataset.phase === phase));
+    stage.dataset.phase = phase;
+    dot.style.display = "none";
+    text.textContent = "";
+    if (!pictures.A) { image.removeAttribute("src"); return; }
+    image.src = phase === "B" ? pictures.B : pictures.A;
+    if (phase === "C") text.textContent = "clicking blocked";
+    if (phase === "D") text.textContent = "click the object now";
+  }
+
+  function loop() {
+    clearTimeout(timer);
+    const isText = field("display_mode").value === "Text_Description";
+    const steps = [
+      ["A", durationMs("image_ms", 1500)],
+      ["B", isText ? durationMs("text_ms", 2500) : durationMs("target_ms", 2000)],
+      ["C", durationMs("blocked_ms", 1500)],
+      ["D", 1200],
+    ];
+    let index = 0;
+    const next = () => {
+      const [phase, ms] = steps[index];
+      show(phase);
+      if (phase === "D") {
+        setTimeout(() => { dot.style.display = "block"; }, ms / 2);
+      }
+      index = (index + 1) % steps.length;
+      timer = setTimeout(next, Math.max(ms, 50));
+    };
+    next();
+  }
+
+  let estimateTimer = null;
+  function refreshEstimate() {
+    clearTimeout(estimateTimer);
+    estimateTimer = setTimeout(async () => {
+      const dataset = currentDataset();
+      if (!dataset) return;
+      const params = new URLSearchParams({
+        dataset: dataset.id,
+        quota_pc: field("quota_pc").value,
+        quota_mobile: field("quota_mobile").value,
+        batch_size: field("batch_size").value,
+        reward: field("reward_per_batch").value,
+        currency: field("currency").value,
+      });
+      const response = await fetch(window.CLICKLAB_ESTIMATE_URL + "?" + params, { credentials: "same-origin" });
+      const body = await response.json();
+      if (!response.ok) {
+        document.getElementById("est-total").textContent = body.error || "cannot estimate";
+        return;
+      }
+      document.getElementById("est-targets").textContent = body.targets;
+      document.getElementById("est-batches").textContent = body.batches_pc + " / " + body.batches_mobile;
+      document.getElementById("est-total").textContent = Number(body.total).toFixed(2) + " " + body.currency;
+    }, 200);
+  }
+
+  form.addEventListener("change", (event) => {
+    if (["dataset", "display_mode"].includes(event.target.name)) loadPictures();
+    loop();
+    refreshEstimate();
+  });
+  form.addEventListener("input", refreshEstimate);
+  if (!field("dataset").value && datasets.length) field("dataset").value = String(datasets[0].id);
+  loadPictures();
+  loop();
+  refreshEstimate();
+})();

@@ -1,0 +1,53 @@
+"""Platform sync: the beat job that reviews submitted work on every running campaign.
+
+``sync_open_campaigns`` (beat, every ``PLATFORM_SYNC_INTERVAL_S``) sends one ``sync_study`` per campaign
+that is open, paused, or closed with reviews still owed. ``sync_study`` calls
+``collector.services.launch.study_sync``; it retries when the platform is unavailable and gives up
+(logging the readable error) on bad credentials, which only a researcher can fix.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db.models import Q
+
+from collector.models import PlatformCampaign, PlatformSubmission
+from collector.platforms import PlatformCredentialsError, PlatformUnavailable
+from collector.services.launch import study_sync
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="tasks.platforms.sync_open_campaigns", ignore_result=True)
+def sync_open_campaigns() -> int:
+    """Send ``sync_study`` for each campaign that may have work to review; returns how many."""
+    owed = PlatformSubmission.objects.filter(
+        Q(decision_applied_at__isnull=True) | Q(worker_marked_at__isnull=True)
+    ).values("pool__campaign_id")
+    campaigns = PlatformCampaign.objects.filter(
+        Q(state__in=[PlatformCampaign.State.OPEN, PlatformCampaign.State.PAUSED]) | Q(pk__in=owed)
+    ).values_list("study_id", flat=True)
+    study_ids = sorted(set(campaigns))
+    for study_id in study_ids:
+        sync_study.delay(study_id)
+    return len(study_ids)
+
+
+@shared_task(
+    name="tasks.platforms.sync_study", bind=True, ignore_result=True, max_retries=5, default_retry_delay=60
+)
+def sync_study(self, study_id: int) -> None:
+    if not PlatformCampaign.objects.filter(study_id=study_id).exists():
+        return
+    try:
+        report = study_sync(study_id=study_id)
+    except PlatformCredentialsError as exc:
+        logger.error("platform sync refused: %s", exc, extra={"study_id": study_id})
+        return
+    except PlatformUnavailable as exc:
+        raise self.retry(exc=exc) from None
+    if report["failed"]:
+        logger.warning("platform sync left %s submission(s) for the next run", report["failed"],
+                       extra={"study_id": study_id})  # fmt: skip

@@ -1,0 +1,55 @@
+"""The next-round build on the ``models`` queue (sent by the round-closing code, by name, after commit)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from celery.utils.log import get_task_logger
+from django.db import OperationalError
+
+logger = get_task_logger(__name__)
+
+
+@shared_task(
+    name="tasks.segmentation.build_next_round",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, OSError),
+    retry_backoff=True,
+    retry_backoff_max=300,
+    max_retries=5,
+)
+def build_next_round(round_id: int) -> dict:
+    """Build round N+1 from round ``round_id`` via ``collector.services.next_round.round_build_next``.
+
+    All-or-nothing and idempotent (round N+1 is created in one transaction, guarded by the study row
+    lock), so a message redelivered after a worker crash builds the round exactly once. Logs one progress
+    line per instance. Returns {"round_id": id of round N+1 or None, "created": bool, "targets": count,
+    "skipped": {instance id: reason}}.
+    """
+    # Imported here: this module is imported while the Celery app loads, before Django's apps are ready.
+    from collector.services.next_round import round_build_next
+
+    def progress(done: int, total: int, instance) -> None:
+        logger.info("next-round build of round %s: instance %s/%s done (%s)", round_id, done, total, instance)
+
+    logger.info("next-round build of round %s: started", round_id)
+    result = round_build_next(round_id=round_id, progress=progress)
+    new_round = result.round
+    return {
+        "round_id": new_round.pk if new_round is not None else None,
+        "created": result.created,
+        "targets": new_round.targets.count() if new_round is not None else 0,
+        "skipped": {str(k): v for k, v in result.skipped.items()},
+    }
+
+
+@shared_task(name="tasks.segmentation.requeue_pending_builds", acks_late=True)
+def requeue_pending_builds() -> int:
+    """Beat task: send the build again for closed rounds whose next round is missing (a lost message);
+    returns how many were sent. Harmless when a build is running: the guard makes the second a no-op."""
+    from collector.services.next_round import rounds_awaiting_build
+
+    pending = rounds_awaiting_build()
+    for round_id in pending:
+        build_next_round.delay(round_id)
+    return len(pending)

@@ -1,0 +1,526 @@
+"""The player in real headless Chromium against a live server: full batches on desktop and an emulated
+phone, phase timing, blocked clicks, exact coordinates, reload, failing networks, finish actions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from collector.models import Click, Session, Trial
+from tests.annotation_ui.driver import (
+    LAYOUTS,
+    ClickPlan,
+    canvas_rect,
+    entry_url,
+    expected_canonical,
+    open_player,
+    play_trial,
+    press_start,
+    wait_finished,
+    wait_for,
+    wait_phase,
+    wait_start_enabled,
+)
+from tests.factories import make_dataset, make_study
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SHORT = {"image_ms": 300, "target_ms": 400, "blocked_ms": 300}
+PLANS = [
+    ClickPlan(0.5, 0.5),
+    ClickPlan(0.1, 0.2),
+    ClickPlan(0.9, 0.85),
+    ClickPlan(0.33, 0.66),
+    ClickPlan(0.75, 0.4),
+]
+
+
+def _study(tmp_path, *, n_images=12, size=(320, 240), **fields):
+    dataset = make_dataset(tmp_path, n_images=n_images, size=size)
+    return make_study(dataset, publish=True, **{**SHORT, **fields})
+
+
+def _context(chromium, layout: str, **extra):
+    return chromium.new_context(**{**LAYOUTS[layout], **extra})
+
+
+def _session_of(page_url: str) -> Session:
+    from collector.services.tokens import session_token_read
+
+    token = page_url.rstrip("/").rsplit("/", 1)[-1]
+    return Session.objects.get(pk=session_token_read(token=token))
+
+
+def _assert_phase_timing(trial: Trial, *, image_ms, target_ms, blocked_ms):
+    onsets = trial.phase_onsets_ms
+    frame_ms = 1000.0 / trial.refresh_hz
+    measured = {
+        "A": onsets["B"] - onsets["A"],
+        "B": onsets["C"] - onsets["B"],
+        "C": onsets["D"] - onsets["C"],
+    }
+    wanted = {"A": image_ms, "B": target_ms, "C": blocked_ms}
+    errors = {phase: round(measured[phase] - wanted[phase], 2) for phase in measured}
+    assert all(abs(error) <= frame_ms + 0.5 for error in errors.values()), (
+        f"trial {trial.position}: phase errors {errors} ms exceed one frame ({frame_ms:.2f} ms); onsets {onsets}"
+    )
+    return errors
+
+
+def _pump_until(page, predicate, *, what: str, timeout_s: float = 30.0):
+    """Wait while letting Playwright deliver events (a plain sleep would not update page.url)."""
+    for _ in range(int(timeout_s / 0.2)):
+        if predicate():
+            return
+        page.wait_for_timeout(200)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; page at {page.url}")
+
+
+@pytest.mark.parametrize("layout", ["desktop", "phone"])
+def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
+    study = _study(tmp_path)
+    context = _context(chromium, layout)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    touch = layout == "phone"
+    url = open_player(page, entry_url(player_server.url, study))
+    session = _session_of(url)
+    assert session.device == ("mobile" if touch else "pc")
+    wait_start_enabled(page)
+    press_start(page)
+
+    done = []
+    for position in range(10):
+        done.append(
+            play_trial(page, position, PLANS[position % len(PLANS)], touch=touch, blocked_in=("A", "B", "C"))
+        )
+    wait_finished(page)
+    code = page.inner_text("#completion-code")
+    context.close()
+
+    session.refresh_from_db()
+    assert errors == []
+    assert session.status == Session.Status.FINISHED and code == session.completion_code
+    assert session.detected_device == ("mobile" if touch else "pc")
+    info = session.client_info
+    assert info["device_pixel_ratio"] == (3 if touch else 1) and info["pointer_coarse"] is touch
+    assert info["webdriver"] is True and info["refresh_hz"] > 20
+    trials = list(session.trials.select_related("click", "target__instance__image").order_by("position"))
+    assert len(trials) == 10 and Click.objects.filter(trial__session=session).count() == 10
+    all_errors = []
+    for trial, clicked in zip(trials, done, strict=True):
+        image = trial.target.instance.image
+        click = trial.click
+        assert trial.blocked_clicks == 3, f"trial {trial.position}: presses in A, B and C must be counted"
+        assert trial.flags == []
+        assert click.pointer_type == ("touch" if touch else "mouse")
+        x, y = expected_canonical(clicked, image.width, image.height)
+        assert click.x == pytest.approx(x, abs=1e-6) and click.y == pytest.approx(y, abs=1e-6)
+        assert click.shown_width == pytest.approx(clicked.rect["width"])
+        assert click.reaction_ms > 0 and click.event_timestamp_ms == trial.phase_onsets_ms["click"]
+        all_errors.append(_assert_phase_timing(trial, **SHORT))
+    print(f"{layout}: phase errors (ms) {all_errors}")
+
+
+@pytest.mark.parametrize("layout", ["desktop", "phone"])
+def test_real_durations_with_screenshots_of_each_phase(chromium, player_server, tmp_path, layout):
+    """The RClicks durations (1.5 s / 2 s / 1.5 s); screenshots of trial 0's phases go to var/screenshots/.
+    Screenshots cost frames, so timing is asserted on the other trials only."""
+    real = {"image_ms": 1500, "target_ms": 2000, "blocked_ms": 1500}
+    dataset = make_dataset(tmp_path, n_images=4, size=(480, 320))
+    study = make_study(dataset, publish=True, batch_size=4, **real)
+    context = _context(chromium, layout)
+    page = context.new_page()
+    touch = layout == "phone"
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    from tests.annotation_ui.driver import SCREENSHOT_DIR
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT_DIR / f"{layout}-0-instructions.png"))
+    press_start(page)
+    for position in range(4):
+        prefix = f"{layout}-1-trial" if position == 0 else None
+        play_trial(page, position, PLANS[position], touch=touch, blocked_in=(), screenshot_prefix=prefix)
+    wait_finished(page)
+    page.screenshot(path=str(SCREENSHOT_DIR / f"{layout}-2-done.png"))
+    context.close()
+    session = _session_of(url)
+    for trial in session.trials.order_by("position")[1:]:
+        _assert_phase_timing(trial, **real)
+    for phase in "ABCD":
+        shot = PILImage.open(SCREENSHOT_DIR / f"{layout}-1-trial-{phase}.png")
+        assert shot.size == ((390, 844) if touch else (1920, 1080))
+
+
+@pytest.mark.parametrize(
+    ("viewport", "scale"),
+    [
+        ({"width": 1920, "height": 1080}, 1),
+        ({"width": 700, "height": 500}, 2),
+        ({"width": 390, "height": 844}, 3),
+    ],
+    ids=["1920x1080@1", "700x500@2", "390x844@3"],
+)
+def test_coordinates_are_exact_and_land_on_what_was_shown(chromium, player_server, tmp_path, viewport, scale):
+    """Clicks at known canvas positions: the stored canonical pixel equals the offset in the displayed rect
+    scaled to the image, and the screen pixel under the click shows the object exactly when the mask says
+    the stored pixel is in the object (checked on a screenshot, independent of the mapping formula)."""
+    study = _study(tmp_path, n_images=3, size=(300, 200), batch_size=3)
+    context = chromium.new_context(viewport=viewport, device_scale_factor=scale)
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    session = _session_of(url)
+    checks = []
+    for position in range(3):
+        trial = session.trials.select_related("target__instance__image").get(position=position)
+        instance = trial.target.instance
+        cx = (instance.bbox_x0 + instance.bbox_x1 + 1) / 2 / instance.image.width
+        cy = (instance.bbox_y0 + instance.bbox_y1 + 1) / 2 / instance.image.height
+        plan = ClickPlan(cx, cy) if position != 1 else ClickPlan(0.04, 0.06)  # object centre, or background
+        wait_phase(page, position, "D")
+        rect = canvas_rect(page)
+        assert rect["width"] / rect["height"] == pytest.approx(300 / 200, rel=0.01)
+        assert rect["left"] >= 0 and rect["left"] + rect["width"] <= viewport["width"] + 0.5
+        shot = np.asarray(PILImage.open(__import__("io").BytesIO(page.screenshot())).convert("RGB")).astype(
+            int
+        )
+        done = play_trial(page, position, plan, touch=False, blocked_in=())
+        pixel = shot[int(done.client_y * scale), int(done.client_x * scale)]
+        checks.append((trial, done, pixel))
+    wait_finished(page)
+    context.close()
+    for trial, done, pixel in checks:
+        click = Click.objects.get(trial=trial)
+        image = trial.target.instance.image
+        x, y = expected_canonical(done, image.width, image.height)
+        assert (click.x, click.y) == (pytest.approx(x, abs=1e-6), pytest.approx(y, abs=1e-6))
+        with trial.target.instance.mask_file.open("rb") as handle:
+            mask = np.asarray(PILImage.open(handle).convert("L")) > 127
+        on_object = bool(mask[int(click.y), int(click.x)])
+        looks_like_object = abs(pixel[0] - 200) < 30 and abs(pixel[1] - 60) < 30 and abs(pixel[2] - 50) < 30
+        assert on_object == looks_like_object == (trial.position != 1), (
+            trial.position,
+            pixel,
+            click.x,
+            click.y,
+        )
+
+
+def test_reload_mid_batch_resumes_at_the_next_trial(chromium, player_server, tmp_path):
+    study = _study(tmp_path)
+    context = _context(chromium, "desktop")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(4):
+        play_trial(page, position, PLANS[position], touch=False, blocked_in=())
+    wait_phase(page, 4, "B")
+    session = _session_of(url)
+    wait_for(lambda: Click.objects.filter(trial__session=session).count() == 4, what="4 clicks stored")
+    page.reload()
+    wait_start_enabled(page)
+    started = []
+    page.on("console", lambda message: started.append(message.text))
+    press_start(page)
+    wait_phase(page, 4, "A")
+    for position in range(4, 10):
+        play_trial(page, position, PLANS[position % 5], touch=False, blocked_in=())
+    wait_finished(page)
+    context.close()
+    keys = list(
+        Click.objects.filter(trial__session=session)
+        .order_by("trial__position")
+        .values_list("trial__position", flat=True)
+    )
+    assert keys == list(range(10))
+    assert Session.objects.get(pk=session.pk).status == Session.Status.FINISHED
+
+
+def test_failing_requests_still_store_every_click_exactly_once(chromium, player_server, tmp_path):
+    """The click endpoint first drops connections, then answers 503, then loses responses of stored clicks
+    (the server has the click, the browser sees a failure); every click still ends up stored once."""
+    study = _study(tmp_path)
+    context = _context(chromium, "phone")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    calls = {"n": 0}
+
+    def flaky(route):
+        calls["n"] += 1
+        n = calls["n"]
+        if n <= 4:
+            route.abort("connectionreset")
+        elif n <= 8:
+            route.fulfill(status=503, body="busy")
+        elif n <= 14 and n % 2:
+            route.fetch()  # reaches the server: the click is stored ...
+            route.abort("connectionreset")  # ... but the acknowledgement is lost
+        else:
+            route.continue_()
+
+    page.route("**/api/annotator/*/click", flaky)
+    press_start(page)
+    for position in range(10):
+        play_trial(page, position, PLANS[position % 5], touch=True, blocked_in=())
+    wait_finished(page, timeout_ms=90_000)
+    code = page.inner_text("#completion-code")
+    context.close()
+    session = Session.objects.get(pk=_session_of(url).pk)
+    assert calls["n"] > 14
+    assert session.status == Session.Status.FINISHED and code == session.completion_code
+    assert Click.objects.filter(trial__session=session).count() == 10
+    assert sorted(
+        Click.objects.filter(trial__session=session).values_list("trial__position", flat=True)
+    ) == list(range(10))
+
+
+def test_viewport_change_and_focus_loss_flag_the_trial(chromium, player_server, tmp_path):
+    study = _study(tmp_path, n_images=3, batch_size=3, image_ms=600, target_ms=600, blocked_ms=600)
+    context = _context(chromium, "desktop")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    wait_phase(page, 0, "B")
+    page.set_viewport_size({"width": 1200, "height": 800})
+    done0 = play_trial(page, 0, ClickPlan(0.5, 0.5), touch=False, blocked_in=())
+    wait_phase(page, 1, "A")
+    page.evaluate("() => window.dispatchEvent(new Event('blur'))")
+    play_trial(page, 1, ClickPlan(0.5, 0.5), touch=False, blocked_in=())
+    play_trial(page, 2, ClickPlan(0.5, 0.5), touch=False, blocked_in=())
+    wait_finished(page)
+    context.close()
+    trials = {
+        t.position: t for t in _session_of(url).trials.select_related("click", "target__instance__image")
+    }
+    assert trials[0].flags == ["viewport_changed"]
+    assert trials[1].flags == ["focus_lost"]
+    assert trials[2].flags == []
+    image = trials[0].target.instance.image
+    x, y = expected_canonical(done0, image.width, image.height)  # mapped through the new layout
+    assert done0.rect["width"] <= 1200 and trials[0].click.x == pytest.approx(x, abs=1e-6)
+
+
+def test_text_description_mode_runs_with_its_longer_phase(chromium, player_server, tmp_path):
+    study = _study(tmp_path, n_images=3, batch_size=3, display_mode="Text_Description", text_ms=500)
+    from collector.models import Instance
+
+    Instance.objects.filter(image__dataset=study.dataset).update(text_description="the red ellipse")
+    context = _context(chromium, "phone")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    assert "short text describing the object" in page.inner_text("#screen-instructions")
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(3):
+        play_trial(page, position, PLANS[position], touch=True, blocked_in=("B",))
+    wait_finished(page)
+    context.close()
+    for trial in _session_of(url).trials.all():
+        _assert_phase_timing(trial, image_ms=300, target_ms=500, blocked_ms=300)
+        assert trial.blocked_clicks == 1
+
+
+def test_finish_redirects_for_prolific(chromium, player_server, tmp_path, player_settings):
+    player_settings.PROLIFIC_COMPLETE_URL = f"{player_server.url}/prolific-complete"
+    study = _study(tmp_path, n_images=2, batch_size=2, platform="prolific")
+    context = _context(chromium, "desktop")
+    page = context.new_page()
+    page.route(
+        "**/prolific-complete*",
+        lambda route: route.fulfill(status=200, body="<p>done</p>", content_type="text/html"),
+    )
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(2):
+        play_trial(page, position, PLANS[position], touch=False, blocked_in=())
+    _pump_until(page, lambda: "/prolific-complete" in page.url, what="the redirect to Prolific")
+    session = _session_of(url)
+    assert page.url.endswith(f"cc={session.completion_code}")
+    context.close()
+
+
+def test_finish_auto_posts_for_mturk(chromium, player_server, tmp_path):
+    study = _study(tmp_path, n_images=2, batch_size=2, platform="mturk")
+    context = _context(chromium, "desktop")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    session = _session_of(url)
+    Session.objects.filter(pk=session.pk).update(
+        platform_state={"turk_submit_to": player_server.url}, platform_assignment_id="ASSIGN-1"
+    )
+    posted = []
+
+    def capture(route):
+        posted.append((route.request.method, route.request.post_data))
+        route.fulfill(status=200, body="<p>submitted</p>", content_type="text/html")
+
+    page.route("**/mturk/externalSubmit", capture)
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(2):
+        play_trial(page, position, PLANS[position], touch=False, blocked_in=())
+    _pump_until(page, lambda: posted, what="the POST to MTurk's externalSubmit")
+    context.close()
+    session.refresh_from_db()
+    assert posted and posted[0][0] == "POST"
+    assert "assignmentId=ASSIGN-1" in posted[0][1] and session.completion_code in posted[0][1]
+
+
+# A display refreshing at 120 Hz, which headless Chromium cannot have: requestAnimationFrame (a browser
+# API, outside our code) is replaced before the page loads by one that fires on a 120 Hz vsync grid.
+FAKE_120HZ = """
+(() => {
+  const period = 1000 / 120;
+  let queue = [];
+  function vsync() {
+    const now = performance.now();
+    const next = (Math.floor(now / period) + 1) * period;
+    setTimeout(() => {
+      const callbacks = queue; queue = [];
+      callbacks.forEach((callback) => callback(next));
+      if (queue.length) { vsync(); } else { scheduled = false; }
+    }, Math.max(0, next - performance.now()));
+  }
+  let scheduled = false;
+  window.requestAnimationFrame = (callback) => {
+    queue.push(callback);
+    if (!scheduled) { scheduled = true; vsync(); }
+    return queue.length;
+  };
+})();
+"""
+
+
+def test_phases_are_frame_accurate_at_120_hz(chromium, player_server, tmp_path):
+    timing = {"image_ms": 310, "target_ms": 405, "blocked_ms": 290}  # not multiples of either frame
+    study = _study(tmp_path, n_images=4, batch_size=4, **timing)
+    context = _context(chromium, "desktop")
+    context.add_init_script(FAKE_120HZ)
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(4):
+        play_trial(page, position, PLANS[position], touch=False, blocked_in=())
+    wait_finished(page)
+    context.close()
+    session = _session_of(url)
+    assert session.client_info["refresh_hz"] == pytest.approx(120, abs=2)
+    for trial in session.trials.all():
+        assert trial.refresh_hz == pytest.approx(120, abs=2)
+        errors = _assert_phase_timing(trial, **timing)
+        # Whole 120 Hz frames, each phase within half a frame (4.2 ms) of its target.
+        assert all(abs(error) <= 1000 / 120 / 2 + 0.5 for error in errors.values()), errors
+
+
+@pytest.mark.dataset
+@pytest.mark.parametrize(
+    "mode", ["Object_CutOut", "Shifted_CutOut", "Silhouette_Mask", "Highlighted_Instance", "Text_Description"]
+)
+def test_each_display_mode_on_grabcut_images(chromium, player_server, grabcut_root, mode):
+    """Real photographs: phase B shows the mode's picture (screenshots under var/screenshots/ to look at)."""
+    from collector.models import Instance
+    from collector.services.datasets import dataset_import
+    from tests.annotation_ui.driver import SCREENSHOT_DIR
+
+    dataset = dataset_import(path=grabcut_root, layout="grabcut").dataset
+    Instance.objects.filter(image__dataset=dataset).update(text_description="the main object")
+    study = make_study(dataset, publish=True, batch_size=1, display_mode=mode, image_ms=400, target_ms=800,
+                       text_ms=800, blocked_ms=400)  # fmt: skip
+    context = _context(chromium, "desktop")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    shots = {}
+    for phase in ("A", "B"):
+        wait_phase(page, 0, phase)
+        path = SCREENSHOT_DIR / f"grabcut-{mode}-{phase}.png"
+        page.screenshot(path=str(path))
+        shots[phase] = np.asarray(PILImage.open(path).convert("RGB")).astype(int)
+    play_trial(page, 0, ClickPlan(0.5, 0.5), touch=False, blocked_in=())
+    wait_finished(page)
+    context.close()
+    assert _session_of(url).status == Session.Status.FINISHED
+    changed = np.abs(shots["A"] - shots["B"]).max(axis=2) > 40
+    if mode == "Highlighted_Instance":  # the same photo plus a green outline
+        green = shots["B"][..., 1] - np.maximum(shots["B"][..., 0], shots["B"][..., 2]) > 80
+        assert green.mean() > 0.003 and (changed & ~green).mean() < 0.01, f"{mode}: no green outline"
+    else:
+        assert changed.mean() > 0.02, f"{mode}: phase B looks like phase A"
+    gray = (np.abs(shots["B"] - 128).max(axis=2) <= 3).mean()
+    if mode in ("Object_CutOut", "Shifted_CutOut", "Text_Description"):
+        assert gray > 0.2, f"{mode}: expected a gray background, {gray:.2f} of the screen is gray"
+
+
+def test_preview_walks_through_phases_without_storing(chromium, player_server, tmp_path, client):
+    from django.conf import settings as django_settings
+
+    from tests.factories import make_researcher
+
+    study = _study(tmp_path, n_images=3, batch_size=2)
+    owner = make_researcher()
+    study.owner = owner
+    study.save()
+    client.force_login(owner)
+    context = _context(chromium, "phone")
+    context.add_cookies([{"name": django_settings.SESSION_COOKIE_NAME,
+                          "value": client.cookies[django_settings.SESSION_COOKIE_NAME].value,
+                          "url": player_server.url}])  # fmt: skip
+    page = context.new_page()
+    page.goto(f"{player_server.url}/preview/{study.pk}/")
+    assert "Preview" in page.inner_text("#screen-instructions")
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(2):
+        for phase in ("A", "B", "C", "D"):
+            wait_phase(page, position, phase)
+            page.wait_for_timeout(150 if phase == "A" else 0)  # no timer moves it on
+            assert page.evaluate("() => window.clicklabPlayer.phase") == phase
+            rect = canvas_rect(page)
+            page.touchscreen.tap(rect["left"] + rect["width"] / 2, rect["top"] + rect["height"] / 2)
+        assert "clicked at" in page.inner_text("#hint")
+        rect = canvas_rect(page)
+        page.touchscreen.tap(rect["left"] + 5, rect["top"] + 5)
+    wait_finished(page)
+    context.close()
+    assert not Session.objects.exists() and not Click.objects.exists()
+
+
+def test_demo_study_link_works_end_to_end_on_a_phone(chromium, player_server, tmp_path):
+    """What ``make demo`` sets up (its dataset, folder layout, descriptions, batch of 5), played through the
+    printed /s/<token>/ link on an emulated phone, ending with the completion code."""
+    from collector.demo import build_demo_dataset
+    from collector.services.datasets import dataset_import
+    from tests.annotation_ui.driver import SCREENSHOT_DIR
+
+    folder = build_demo_dataset(tmp_path / "demo")
+    dataset = dataset_import(path=folder, layout="folder", name="demo").dataset
+    study = make_study(dataset, publish=True, batch_size=5, min_valid_per_session=4, quota_pc=3, quota_mobile=3,
+                       **SHORT)  # fmt: skip
+    context = _context(chromium, "phone")
+    page = context.new_page()
+    url = open_player(page, entry_url(player_server.url, study))
+    wait_start_enabled(page)
+    press_start(page)
+    for position in range(5):
+        if position == 0:
+            wait_phase(page, 0, "B")
+            page.screenshot(path=str(SCREENSHOT_DIR / "demo-phone-B.png"), scale="css")
+        play_trial(page, position, ClickPlan(0.5, 0.5), touch=True, blocked_in=())
+    wait_finished(page)
+    code = page.inner_text("#completion-code")
+    context.close()
+    session = _session_of(url)
+    assert session.status == Session.Status.FINISHED and code == session.completion_code
+    assert session.device == "mobile" and Click.objects.filter(trial__session=session).count() == 5

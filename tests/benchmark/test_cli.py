@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from benchmark.cli import equal_mass_groups, guess_layout, main
+from benchmark.datasets import open_dataset
+from benchmark.engine import load_results
+from benchmark.metrics import noc
+from benchmark.rclicks import CLICKS_COLUMNS
+
+
+def test_equal_mass_groups_and_layout_guess(tmp_path):
+    assert equal_mass_groups(4) == ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
+    (tmp_path / "x" / "data_GT").mkdir(parents=True)
+    assert guess_layout(tmp_path / "x") == "grabcut"
+    assert guess_layout(tmp_path / "COCO_MVal") == "coco_mval"
+    with pytest.raises(ValueError, match="pass --layout"):
+        guess_layout(tmp_path)
+
+
+def test_run_without_click_model_is_a_clear_error(tiny_dataset, capsys, tmp_path):
+    code = main(["run", "--method", "embedded", "--dataset", str(tiny_dataset.root), "--out", str(tmp_path)])
+    assert code == 2
+    assert "--groups needs --click-model" in capsys.readouterr().err
+
+
+def _real_clicks_csv(dataset, samples, path):
+    """Two clicks inside each object, recorded in a frame half the image size (tests the rescaling)."""
+    rows = []
+    for sample in samples:
+        gt, _ = sample.load_masks()
+        ys, xs = np.nonzero(gt)
+        height, width = gt.shape
+        for pick in (len(xs) // 3, 2 * len(xs) // 3):
+            rows.append(dict(dataset=dataset.name, image_stem=sample.key.image_stem, object_stem="",
+                             model_type="", click_type="first", full_stem=sample.key.image_stem,
+                             device="pc", x=xs[pick] // 2, y=ys[pick] // 2, w=width // 2, h=height // 2))  # fmt: skip
+    pd.DataFrame(rows, columns=list(CLICKS_COLUMNS)).to_csv(path, index=False)
+
+
+@pytest.mark.dataset
+def test_end_to_end_embedded_on_grabcut_resumes(grabcut_root, tmp_path, capsys):
+    dataset = open_dataset(grabcut_root, "grabcut")
+    samples = dataset.samples[:3]
+    clicks_csv = tmp_path / "clicks.csv"
+    _real_clicks_csv(dataset, samples, clicks_csv)
+    out = tmp_path / "runs"
+    argv = ["run", "--method", "embedded", "--dataset", str(grabcut_root), "--click-model", "dt",
+            "--groups", "2", "--max-clicks", "3", "--limit", "3", "--workers", "2", "--clicks", str(clicks_csv),
+            "--out", str(out), "--heatmaps", "2", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    run_dir = out / "embedded" / "GrabCut"
+    results = load_results(run_dir)
+    assert [r.key for r in results] == sorted(s.key for s in samples)
+    for result in results:
+        assert result.base_iou.shape == (3,) and result.group_iou.shape == (2, 1, 3)
+        assert np.all((result.base_iou >= 0) & (result.base_iou <= 1))
+        assert result.user_iou.shape == (2,) and result.sample_iou.shape == (2,)
+        gt, _ = next(s for s in samples if s.key == result.key).load_masks()
+        for x, y in result.user_clicks:  # rescaled back into the object (2x the frame coordinates)
+            assert (
+                gt[int(y), int(x)] or gt[min(int(y) + 1, gt.shape[0] - 1), min(int(x) + 1, gt.shape[1] - 1)]
+            )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    expected_base_noc = np.mean([noc(r.base_iou, 0.9, max_clicks=3) for r in results])
+    assert summary["base_noc90"] == pytest.approx(expected_base_noc)
+    assert summary["instances"] == 3 and summary["user_instances"] == 3
+    report = pd.read_csv(out / "report.csv")
+    assert report.loc[0, "Method"] == "embedded" and report.loc[0, "Instances"] == 3
+    assert (out / "report.md").read_text().startswith("| Method |")
+    for png in [run_dir / "miou_vs_clicks.png", *sorted((run_dir / "heatmaps").glob("*.png"))]:
+        assert Image.open(png).format == "PNG"
+    assert len(list((run_dir / "heatmaps").glob("*.png"))) == 2
+    stamps = {p.name: p.stat().st_mtime_ns for p in (run_dir / "instances").glob("*.npz")}
+    capsys.readouterr()
+    assert main(argv) == 0  # resumes: nothing is recomputed
+    assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "instances").glob("*.npz")} == stamps
+    assert "| embedded | GrabCut | 3 |" in capsys.readouterr().out

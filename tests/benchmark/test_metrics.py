@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmark.metrics import iou, iou_auc, miou_at, miou_curve, noc, nof, ritm_threshold
+
+
+def test_iou_excludes_the_ignore_band():
+    gt = np.array([[1, 1, 1, 0]], bool)
+    pred = np.array([[1, 1, 0, 1]], bool)
+    assert iou(pred, gt) == pytest.approx(2 / 4)
+    ignore = np.array([[0, 0, 0, 1]], bool)  # the fp pixel is in the band
+    assert iou(pred, gt, ignore) == pytest.approx(2 / 3)
+    assert iou(np.zeros((2, 2), bool), np.zeros((2, 2), bool)) == 1.0
+    with pytest.raises(ValueError, match=r"\(1, 3\) differs from the GT shape \(1, 4\)"):
+        iou(pred[:, :3], gt)
+
+
+def test_noc_exact_threshold_and_ritm_float_quirk():
+    gt = np.zeros((1, 10), bool)
+    gt[0, :9] = True
+    exactly_090 = iou(np.ones((1, 10), bool), gt)  # 9 / 10
+    assert exactly_090 == 0.9
+    ious = [0.5, exactly_090, 0.95]
+    assert noc(ious, 0.90) == 2
+    assert noc(ious, 0.90, ritm_float_quirk=True) == 3  # 0.9 < 0.9000000000000001
+    assert noc([0.5, 0.6], 0.85) == 20
+    assert noc([0.5, 0.6], 0.85, max_clicks=2) == 2
+    assert ritm_threshold(0.85) == 0.8500000000000001
+    with pytest.raises(ValueError, match="got 0.87"):
+        ritm_threshold(0.87)
+
+
+def test_nof_counts_ritm_failures_and_the_strict_variant():
+    trajectories = [np.r_[np.full(19, 0.5), 0.95], np.full(20, 0.5), np.r_[0.95, np.full(19, 0.95)]]
+    nocs = [noc(t, 0.9) for t in trajectories]
+    assert nocs == [20, 20, 1]
+    assert nof(nocs) == 2  # RITM: success exactly at click 20 is a failure too
+    assert nof(nocs, count_last_click_success=False, ious=trajectories, threshold=0.9) == 1
+    with pytest.raises(ValueError, match="needs ious"):
+        nof(nocs, count_last_click_success=False)
+
+
+def test_iou_auc_and_miou_curve_by_hand():
+    assert iou_auc([0.5, 0.7, 0.9]) == pytest.approx((0.25 + 0.7 + 0.45) / 2)
+    assert iou_auc([0.4]) == 0.4
+    curve = miou_curve([np.array([0.2, 0.4, 0.6]), np.array([0.4, 0.8])])
+    np.testing.assert_allclose(curve, [0.3, 0.6])
+    assert miou_at(curve, (1, 2, 3)) == {1: pytest.approx(0.3), 2: pytest.approx(0.6)}

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmark.datasets import SampleKey
+from benchmark.engine import InstanceResult
+from benchmark.report import summarize, table, to_markdown, write_report
+
+
+def _result(stem, base, groups, user=()):
+    groups = np.asarray(groups, float)[:, None, :]  # (G, S=1, C)
+    return InstanceResult(
+        key=SampleKey("GrabCut", stem, ""),
+        method="m",
+        model_id="m",
+        config_json="{}",
+        base_iou=np.asarray(base, float),
+        base_seconds=np.full(len(base), 0.1),
+        group_iou=groups,
+        group_seconds=np.full(groups.shape, 0.3),
+        user_iou=np.asarray(user, float),
+    )
+
+
+def test_summary_by_hand():
+    # C = 3 clicks, G = 2 groups.
+    a = _result("a", [0.5, 0.95, 0.95], [[0.2, 0.5, 0.92], [0.91, 0.95, 0.97]], user=[0.6, 0.8])
+    b = _result("b", [0.91, 0.95, 0.95], [[0.3, 0.4, 0.5], [0.95, 0.95, 0.95]])
+    row = summarize([a, b])
+    # NoC@90 with max 3 clicks: base a=2, b=1; groups a=(3, 1), b=(3, 1)
+    assert row["base_noc90"] == pytest.approx(1.5)
+    assert row["sample_noc90"] == pytest.approx(2.0)
+    assert row["sample_noc90_std"] == pytest.approx(1.0)
+    assert row["delta_sb_noc90"] == pytest.approx(100 * ((2 - 2) / 2 + (2 - 1) / 1) / 2)
+    assert row["delta_gr_noc90"] == pytest.approx(200.0)
+    assert row["delta_hh_noc90"] == pytest.approx(200.0)  # G=2: the pair is (G1, G2)
+    # NoF@90: base none; G1 both instances at NoC == 3 (a reaches 0.92 at click 3, still a failure)
+    assert row["base_nof90"] == 0 and row["sample_nof90"] == 1.0
+    assert row["base_auc"] == pytest.approx(((0.25 + 0.95 + 0.475) / 2 + (0.455 + 0.95 + 0.475) / 2) / 2)
+    assert row["base_iou1"] == pytest.approx(0.705)
+    assert row["user_iou1"] == pytest.approx(0.7) and row["user_instances"] == 1
+    assert row["seconds_per_click"] == pytest.approx((6 * 0.1 + 12 * 0.3) / 18)
+    np.testing.assert_allclose(row["curve_groups"][0], [0.25, 0.45, 0.71])
+
+
+def test_float_quirk_changes_noc_at_exactly_090():
+    exact = _result("a", [0.9, 0.9, 0.9], [[0.9, 0.9, 0.9], [0.9, 0.9, 0.9]])
+    assert summarize([exact])["base_noc90"] == 1
+    assert summarize([exact], ritm_float_quirk=True)["base_noc90"] == 3
+
+
+def test_table_markdown_and_files(tmp_path):
+    row = summarize([_result("a", [0.5, 0.95, 0.95], [[0.2, 0.5, 0.92], [0.91, 0.95, 0.97]])])
+    frame = table([row])
+    text = to_markdown(frame)
+    assert text.splitlines()[0].startswith("| Method | Dataset | Instances | Base NoC@90 |")
+    assert "| m | GrabCut | 1 | 2.000 |" in text
+    csv_path, md_path = write_report([row], tmp_path)
+    assert csv_path.read_text().startswith("Method,Dataset,Instances,Base NoC@90")
+    assert md_path.read_text() == text

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmark.clickers import BaselineClicker
+from benchmark.engine import run_trajectory
+from benchmark.session import REPORT_COLUMNS, ClickSession, SessionStateError
+
+
+def _run(sess: ClickSession, predictor, *, only_last=False):
+    embedding = None
+    seen = []
+    while sess.next():
+        sample, clicks, is_new = sess.get_clicks(only_last=only_last)
+        if is_new:
+            embedding = predictor.encode(sample.load_image())
+        seen.append((sample.key, len(clicks), is_new))
+        sess.submit_masks(predictor.predict(embedding, clicks).probabilities)
+    return seen
+
+
+def test_state_machine_errors(tiny_dataset):
+    sess = ClickSession(dataset=tiny_dataset, max_clicks=1)
+    with pytest.raises(SessionStateError, match="inside 'with ClickSession"):
+        sess.next()
+    with sess:
+        with pytest.raises(SessionStateError, match="before next"):
+            sess.get_clicks()
+        with pytest.raises(SessionStateError, match="before get_clicks"):
+            sess.submit_masks(np.zeros((16, 24), bool))
+        with pytest.raises(SessionStateError, match="once next\\(\\) has returned False"):
+            sess.get_global_summary()
+        assert sess.next()
+        sess.get_clicks()
+        with pytest.raises(SessionStateError, match="called twice"):
+            sess.get_clicks()
+        with pytest.raises(SessionStateError, match="before submit_masks"):
+            sess.next()
+        with pytest.raises(ValueError, match=r"got shape \(3, 3\), expected .* \(16, 24\)"):
+            sess.submit_masks(np.zeros((3, 3), bool))
+        sess.submit_masks(np.zeros((16, 24), bool))
+        assert sess.next()
+        sess.get_clicks()
+        sess.submit_masks(np.zeros((16, 24), bool))
+        assert sess.next() is False
+        assert sess.next() is False
+        with pytest.raises(SessionStateError, match="after the session ended"):
+            sess.get_clicks()
+    with pytest.raises(SessionStateError, match="entered only once"):
+        sess.__enter__()
+
+
+def test_baseline_session_matches_engine_trajectory_and_reports_every_click(tiny_dataset, disk_predictor):
+    with ClickSession(dataset=tiny_dataset, clicker="baseline", max_clicks=4) as sess:
+        seen = _run(sess, disk_predictor)
+    assert [n for _, n, _ in seen] == [1, 2, 3, 4] * 2
+    assert [new for _, _, new in seen] == [True, False, False, False] * 2
+    report = sess.get_report()
+    assert tuple(report.columns) == REPORT_COLUMNS and len(report) == 8
+    assert (report["status"] == "accepted").all()
+    assert report["click_index"].tolist() == [1, 2, 3, 4] * 2
+    for sample in tiny_dataset.samples:
+        gt, ignore = sample.load_masks()
+        image = sample.load_image()
+        expected = run_trajectory(predictor=disk_predictor, embedding=disk_predictor.encode(image), image=image,
+                                  gt=gt, ignore=ignore, clicker=BaselineClicker(), max_clicks=4, threshold=0.5)  # fmt: skip
+        rows = report[report["image_stem"] == sample.key.image_stem]
+        np.testing.assert_allclose(rows["iou"].to_numpy(), expected.ious)
+        np.testing.assert_allclose(rows[["x", "y"]].to_numpy(), expected.clicks[:, :2])
+
+
+def test_summary_numbers_for_perfect_and_empty_masks(tiny_dataset, tmp_path):
+    with ClickSession(dataset=tiny_dataset, max_clicks=3, report_save_dir=tmp_path / "out") as sess:
+        while sess.next():
+            sample, _, _ = sess.get_clicks()
+            gt, _ = sample.load_masks()
+            # perfect on the first sample, empty on the second
+            sess.submit_masks(gt if sample.key.image_stem == "left" else np.zeros_like(gt))
+    summary = sess.get_global_summary(save_file=tmp_path / "summary.json")
+    assert summary["noc"] == {"85": 2.0, "90": 2.0}  # (1 + 3) / 2
+    assert summary["nof"] == {"85": 1, "90": 1}
+    assert summary["miou_curve"] == [0.5, 0.5, 0.5]
+    assert summary["iou_auc"] == pytest.approx(0.5)
+    assert json.loads((tmp_path / "summary.json").read_text())["seed"] == 0
+    assert (tmp_path / "out" / f"clicksession_{sess.session_id}.csv").is_file()
+
+
+def test_late_submission_gets_a_status_and_ends_the_sample(tiny_dataset):
+    with ClickSession(dataset=tiny_dataset, max_clicks=3, max_time_s=1e-9) as sess:
+        statuses = []
+        while sess.next():
+            sample, _, _ = sess.get_clicks()
+            statuses.append(sess.submit_masks(np.zeros(sample.load_masks()[0].shape, bool)).status)
+    assert statuses == ["timed_out", "timed_out"]  # one interaction per sample, then it moves on
+    report = sess.get_report()
+    assert report["status"].tolist() == ["timed_out", "timed_out"] and report["iou"].isna().all()
+    summary = sess.get_global_summary()
+    assert summary["timed_out"] == 2 and summary["miou_curve"] == [0.0, 0.0, 0.0]
+
+
+def _uniform_map(image, gt, error):
+    return error.astype(float)
+
+
+def test_group_session_is_seeded_and_reproducible(tiny_dataset, disk_predictor):
+    def report(seed):
+        with ClickSession(dataset=tiny_dataset, clicker="group", map_fn=_uniform_map, max_clicks=3,
+                          group_bounds=((0.0, 0.5), (0.5, 1.0)), seed=seed, shuffle=True) as sess:  # fmt: skip
+            _run(sess, disk_predictor)
+        return sess.get_report(), sess.get_global_summary()
+
+    first, summary = report(7)
+    again, _ = report(7)
+    other, _ = report(8)
+    assert first[["image_stem", "group", "x", "y"]].equals(again[["image_stem", "group", "x", "y"]])
+    assert not first[["image_stem", "group", "x", "y"]].equals(other[["image_stem", "group", "x", "y"]])
+    assert sorted(set(first["group"])) == ["G1", "G2"] and set(summary["groups"]) == {"G1", "G2"}
+    assert len(first) == 2 * 2 * 3
+
+
+def test_replay_and_annotator_sessions(tiny_dataset, disk_predictor):
+    left, right = (s.key for s in tiny_dataset.samples)
+    real = {left: np.array([[5.0, 6.0], [6.0, 7.0]]), right: np.array([[15.0, 8.0]])}
+    with ClickSession(dataset=tiny_dataset, clicker="replay", real_clicks=real) as sess:
+        seen = _run(sess, disk_predictor)
+    assert [n for _, n, _ in seen] == [1, 1, 1]
+    assert sess.get_report()[["x", "y"]].to_numpy().tolist() == [[5.0, 6.0], [6.0, 7.0], [15.0, 8.0]]
+    options = {"noise_sigma_px": 0.0, "clicks_per_round": 2}
+    with ClickSession(
+        dataset=tiny_dataset, clicker="annotator", annotator_options=options, max_clicks=4
+    ) as sess:
+        seen = _run(sess, disk_predictor, only_last=True)
+    assert all(n <= 2 for _, n, _ in seen)
+    report = sess.get_report()
+    assert report.groupby("image_stem")["click_index"].max().le(4).all()
+    assert (report.groupby(["image_stem", "round"]).size() <= 2).all()

@@ -1,0 +1,146 @@
+"""collector.selectors.progress / budget / timing / workers on batches done through the real services."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from collector.models import Session, Target
+from collector.selectors.budget import budget_estimate, study_budget
+from collector.selectors.progress import session_payment_state, study_progress
+from collector.selectors.timing import (
+    phase_durations_from_onsets,
+    study_device_comparison,
+    study_phase_durations_ms,
+    study_reaction_ms,
+)
+from collector.selectors.workers import study_worker_table
+from tests.factories import make_validated_batch, make_worker
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def three_batches(alice_study):
+    """pc: one counted (3/3 valid) and one rejected (1/3 valid) batch; mobile: one counted batch."""
+    counted_pc = make_validated_batch(alice_study, device="pc", reaction_ms=400.0)
+    rejected_pc = make_validated_batch(alice_study, device="pc", valid_positions={0}, reaction_ms=100.0)
+    counted_mobile = make_validated_batch(alice_study, device="mobile", reaction_ms=700.0)
+    return counted_pc, rejected_pc, counted_mobile
+
+
+def test_validation_outcomes_are_what_the_fixture_claims(three_batches):
+    counted_pc, rejected_pc, counted_mobile = three_batches
+    assert counted_pc.validity == Session.Validity.COUNTED
+    assert rejected_pc.validity == Session.Validity.REJECTED
+    assert counted_mobile.validity == Session.Validity.COUNTED
+
+
+def test_quota_progress_per_round_and_device(alice_study, three_batches):
+    rounds = study_progress(study=alice_study)["rounds"]
+    assert len(rounds) == 1 and rounds[0]["number"] == 1 and rounds[0]["targets"] == 3
+    pc, mobile = rounds[0]["devices"]["pc"], rounds[0]["devices"]["mobile"]
+    # only counted sessions add valid clicks: 3 pc (the rejected batch adds none), 3 mobile
+    assert (pc["valid"], pc["quota_total"], pc["inflight"], pc["targets_full"]) == (3, 75, 0, 0)
+    assert (mobile["valid"], mobile["quota_total"]) == (3, 75)
+    assert pc["fraction"] == pytest.approx(3 / 75)
+
+
+def test_valid_clicks_above_quota_are_capped_per_target(alice_study, three_batches):
+    Target.objects.filter(round__study=alice_study).update(valid_pc=30)
+    pc = study_progress(study=alice_study)["rounds"][0]["devices"]["pc"]
+    assert (pc["valid"], pc["valid_raw"], pc["targets_full"], pc["fraction"]) == (75, 90, 3, 1.0)
+
+
+def test_session_summary_counts_and_reasons(alice_study, three_batches):
+    summary = study_progress(study=alice_study)["sessions"]
+    assert summary["counts"]["all"] == {
+        "started": 3, "in_progress": 0, "finished": 3, "expired": 0, "counted": 2, "rejected": 1, "pending": 0,
+    }  # fmt: skip
+    assert summary["counts"]["pc"]["rejected"] == 1 and summary["counts"]["mobile"]["rejected"] == 0
+    assert sum(r["sessions"] for r in summary["rejection_reasons"]) == 1
+
+
+def test_batch_times_cover_finished_batches(alice_study, three_batches):
+    times = study_progress(study=alice_study)["batch_times"]
+    assert (times["all"]["batches"], times["pc"]["batches"], times["mobile"]["batches"]) == (3, 2, 1)
+    assert times["all"]["median_s"] >= 0
+
+
+def test_money_follows_the_documented_rule(alice_study, three_batches):
+    counted_pc, rejected_pc, counted_mobile = three_batches
+    money = study_progress(study=alice_study)["money"]
+    assert (money["spent"], money["owed_sessions"], money["owed"]) == (Decimal("0"), 2, Decimal("0.04"))
+    Session.objects.filter(pk=counted_pc.pk).update(platform_state={"review": "ACCEPTED"})
+    Session.objects.filter(pk=rejected_pc.pk).update(platform_state={"paid": True, "bonus": "0.10"})
+    money = study_progress(study=alice_study)["money"]
+    assert money["spent"] == Decimal("0.02") * 2 + Decimal("0.10")
+    assert (money["paid_counted"], money["paid_rejected"], money["owed_sessions"]) == (1, 1, 1)
+    Session.objects.filter(pk=counted_mobile.pk).update(platform_state={"review": "rejected"})
+    assert study_progress(study=alice_study)["money"]["owed_sessions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("validity", "state", "expected"),
+    [
+        ("counted", {}, "owed"),
+        ("rejected", {}, "unpaid"),
+        ("pending", None, "unpaid"),
+        ("rejected", {"review": "approved"}, "paid"),
+        ("counted", {"status": "REJECTED"}, "unpaid"),
+        ("counted", {"paid": False, "review": "accepted"}, "unpaid"),
+    ],
+)
+def test_session_payment_state(validity, state, expected):
+    assert session_payment_state(validity=validity, platform_state=state) == expected
+
+
+def test_budget_estimate_by_hand():
+    # 21 targets × 25 clicks / 10 per batch = 52.5 → 53 batches per device; 106 × 0.05 = 5.30
+    estimate = budget_estimate(
+        targets=21, quota_pc=25, quota_mobile=25, batch_size=10, reward_per_batch=Decimal("0.05")
+    )
+    assert (estimate["batches_pc"], estimate["batches"], estimate["total"]) == (53, 106, Decimal("5.30"))
+    with pytest.raises(ValueError, match="batch_size=0"):
+        budget_estimate(targets=1, quota_pc=1, quota_mobile=1, batch_size=0, reward_per_batch=Decimal(1))
+
+
+def test_study_budget_counts_round_one_targets(alice_study):
+    ours = study_budget(study=alice_study)["estimate"]
+    # 3 targets × 25 / 3 per batch = 25 batches per device, 50 × 0.02
+    assert (ours["targets"], ours["batches"], ours["total"]) == (3, 50, Decimal("1.00"))
+
+
+def test_phase_durations_from_onsets():
+    assert phase_durations_from_onsets({"A": 10.0, "b": 1510.5, "C": 3500.0, "D": 5000.0}) == {
+        "A": 1500.5, "B": 1989.5, "C": 1500.0,
+    }  # fmt: skip
+    assert phase_durations_from_onsets({"A": 0.0, "C": 3000.0, "D": "x"}) == {}
+    assert phase_durations_from_onsets(None) == {}
+
+
+def test_timing_by_device(alice_study, three_batches):
+    reactions = study_reaction_ms(study=alice_study)
+    np.testing.assert_allclose(np.sort(reactions["mobile"]), [700.0, 701.0, 702.0])
+    assert reactions["pc"].size == 6
+    phases = study_phase_durations_ms(study=alice_study)
+    np.testing.assert_allclose(phases["B"]["pc"], [2000.0] * 6)
+    comparison = study_device_comparison(study=alice_study)
+    assert comparison["pc"]["counted_rate"] == pytest.approx(0.5)
+    assert comparison["pc"]["valid_rate"] == pytest.approx(4 / 6)
+    assert comparison["mobile"]["median_reaction_ms"] == pytest.approx(701.0)
+
+
+def test_worker_table_is_pseudonymous_with_quality_signals(alice_study):
+    fast = make_worker(external_id="platform-id-fast")
+    make_validated_batch(alice_study, device="pc", worker=fast, valid_positions={0}, reaction_ms=100.0)
+    rows = study_worker_table(study=alice_study)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["pseudonym"] == fast.pseudonym and "platform-id-fast" not in str(row)
+    assert (row["sessions"], row["rejected"], row["clicks"], row["valid_clicks"]) == (1, 1, 3, 1)
+    assert row["valid_rate"] == pytest.approx(1 / 3)
+    assert row["fast_clicks"] == 3  # 100, 101, 102 ms < min_reaction_ms 150
+    assert row["devices"] == ["pc"]

@@ -1,0 +1,376 @@
+"""collector.services.next_round: the round-2 build from round-1 clicks (seed rule, fn/fp regions, files,
+provenance, all-or-nothing), with a square predictor of exact geometry and with the embedded GrabCut one."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from PIL import Image as PILImage
+from scipy import ndimage
+
+from collector.models import Round, Target
+from collector.services.datasets import dataset_import
+from collector.services.next_round import (
+    MAX_PREVIOUS_IOU,
+    NextRoundError,
+    drop_small_components,
+    error_regions,
+    mask_iou,
+    round_build_next,
+)
+from exports.stems import full_stem_check
+from segmenters.base import Embedding, Prediction, Predictor
+from segmenters.registry import register
+from tests.factories import make_clicked_session, make_rect_dataset, make_study
+
+# --------------------------------------------------------------------------------------------------
+# A predictor of exact geometry: a SIDE x SIDE square centred on the (last) click.
+
+SIDE = 100
+
+
+@register("test-square")
+class SquarePredictor(Predictor):
+    name = "test-square"
+    model_type = "square"
+    threshold = 0.5
+
+    @property
+    def model_id(self) -> str:
+        return "test-square-100"
+
+    def encode(self, image: np.ndarray) -> Embedding:
+        return Embedding(model_id=self.model_id, image_shape=image.shape[:2], payload=None, nbytes=0)
+
+    def predict(self, embedding, clicks, previous_logits=None) -> Prediction:
+        height, width = embedding.image_shape
+        probabilities = np.zeros((height, width), dtype=np.float32)
+        x0, y0 = round(clicks[-1].x - SIDE / 2), round(clicks[-1].y - SIDE / 2)
+        probabilities[max(0, y0) : max(0, y0 + SIDE), max(0, x0) : max(0, x0 + SIDE)] = 1.0
+        return Prediction(probabilities=probabilities)
+
+
+RECT = (150, 100, 249, 199)  # the object of make_rect_dataset: 100 x 100 px, centre (200, 150)
+CX, CY = 200.0, 150.0
+
+
+@pytest.fixture
+def square_segmenter(settings, tmp_path):
+    settings.NEXT_ROUND_SEGMENTERS = ["test-square"]
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    return settings
+
+
+def _closed_round_1(study):
+    round_1 = study.rounds.get(number=1)
+    Round.objects.filter(pk=round_1.pk).update(state=Round.State.CLOSED)
+    return round_1
+
+
+def _read(name: str) -> np.ndarray:
+    with default_storage.open(name, "rb") as handle:
+        picture = PILImage.open(handle)
+        picture.load()
+    assert picture.mode == "L", f"{name} is {picture.mode}, want an 8-bit single-channel PNG"
+    return np.asarray(picture)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure parts
+
+
+def test_iou_leaves_out_the_ignore_band():
+    mask = np.zeros((10, 10), bool)
+    mask[2:8, 2:8] = True
+    prediction = np.zeros_like(mask)
+    prediction[2:8, 2:9] = True  # one extra column
+    assert mask_iou(mask=mask, prediction=prediction, ignore=None) == pytest.approx(36 / 42)
+    ignore = np.zeros_like(mask)
+    ignore[:, 8] = True
+    assert mask_iou(mask=mask, prediction=prediction, ignore=ignore) == 1.0
+
+
+def test_small_components_are_dropped_before_the_area_check():
+    region = np.zeros((40, 40), bool)
+    region[0:10, 0:10] = True  # 100 px
+    region[20:25, 20:25] = True  # 25 px
+    region[30, 30] = True  # 1 px
+    kept = drop_small_components(region, min_area_px=25)
+    assert int(kept.sum()) == 125 and not kept[30, 30]
+    mask = np.zeros((40, 40), bool)
+    previous = region.copy()  # everything is fp
+    regions = error_regions(mask=mask, previous=previous, ignore=None, min_area_px=101)
+    assert regions == {"fn": None, "fp": None}  # 126 px in total, but no component reaches 101
+    regions = error_regions(mask=mask, previous=previous, ignore=None, min_area_px=30)
+    assert regions["fn"] is None and int(regions["fp"].sum()) == 100
+
+
+# --------------------------------------------------------------------------------------------------
+# The build with exact geometry
+
+
+@pytest.mark.django_db
+def test_seed_rule_picks_the_best_mask_not_above_095_and_makes_fn_fp_targets(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=2), publish=True, min_error_area_px=100)
+    round_1 = study.rounds.get(number=1)
+    t0, t1 = round_1.targets.order_by("instance__image__stem")
+    # Instance 0: pc clicks at +0 (IoU 1.0, too good), +10 px (0.818); mobile click at +5 px (0.905): the
+    # previous mask comes from the mobile click, k = 1. A rejected session's click and an invalid click
+    # are ignored and do not count for k.
+    make_clicked_session(study, clicks=[(t0, CX + 3, CY)], validity="rejected")
+    make_clicked_session(study, clicks=[(t0, CX, CY), (t1, CX + 20, CY)])
+    make_clicked_session(study, clicks=[(t0, CX + 30, CY, False)], device="mobile")
+    make_clicked_session(study, clicks=[(t0, CX + 10, CY)])
+    make_clicked_session(study, clicks=[(t0, CX + 5, CY), (t1, CX, CY + 2)], device="mobile")
+    _closed_round_1(study)
+
+    result = round_build_next(round_id=round_1.pk)
+
+    assert result.created and result.round.number == 2 and result.round.state == Round.State.OPEN
+    targets = {(t.instance_id, t.click_type): t for t in result.round.targets.all()}
+    assert set(targets) == {(t0.instance_id, "fn"), (t0.instance_id, "fp"), (t1.instance_id, "fn"),
+                            (t1.instance_id, "fp")}  # fmt: skip
+    fn, fp = targets[(t0.instance_id, "fn")], targets[(t0.instance_id, "fp")]
+    assert (fn.source_device, fn.source_index, fn.model_type) == ("mobile", 1, "square")
+    assert fn.source_click.x == CX + 5 and fp.source_click_id == fn.source_click_id
+    assert fn.previous_iou == pytest.approx(95 / 105) and fn.previous_iou <= MAX_PREVIOUS_IOU
+    assert fn.full_stem == f"{t0.instance.image.stem}_square_fn_mobile_1"
+    assert fp.full_stem == f"{t0.instance.image.stem}_square_fp_mobile_1"
+    # fn: the 5 left columns of the object; fp: the 5 columns right of it.
+    fn_mask, fp_mask = _read(fn.error_mask_file.name) == 255, _read(fp.error_mask_file.name) == 255
+    x0, y0, x1, y1 = RECT
+    expected_fn = np.zeros_like(fn_mask)
+    expected_fn[y0 : y1 + 1, x0 : x0 + 5] = True
+    expected_fp = np.zeros_like(fp_mask)
+    expected_fp[y0 : y1 + 1, x1 + 1 : x1 + 6] = True
+    assert np.array_equal(fn_mask, expected_fn) and np.array_equal(fp_mask, expected_fp)
+    assert (fn.error_area, fp.error_area) == (500, 500)
+    previous = _read(fn.previous_mask_file.name)
+    assert previous.shape == (300, 400) and set(np.unique(previous)) == {0, 255}
+    assert int((previous == 255).sum()) == SIDE * SIDE and fn.previous_mask_file == fp.previous_mask_file
+    # Instance 1: pc click at +20 px (IoU 0.667), mobile at +2 px vertically (0.961 > 0.95): the pc one.
+    fn1 = targets[(t1.instance_id, "fn")]
+    assert (fn1.source_device, fn1.source_index) == ("pc", 1)
+    assert fn1.previous_iou == pytest.approx(80 / 120) and fn1.error_area == 2000
+    for target in result.round.targets.select_related("instance__image"):
+        full_stem_check(
+            full_stem=target.full_stem, image_stem=target.instance.image.stem,
+            object_stem=target.instance.object_stem, click_type=target.click_type,
+            model_type=target.model_type, source_device=target.source_device,
+            source_index=target.source_index, what=f"target {target.pk}",
+        )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_k_counts_valid_clicks_per_device_in_click_order(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=1), publish=True)
+    round_1 = study.rounds.get(number=1)
+    (target,) = round_1.targets.all()
+    for dx in (0, 1, 30):  # pc k = 1 (IoU 1.0), k = 2 (0.980), k = 3 (0.538)
+        make_clicked_session(study, clicks=[(target, CX + dx, CY)])
+    for dy in (40, 12):  # mobile k = 1 (0.429), k = 2 (0.786): the best overall
+        make_clicked_session(study, clicks=[(target, CX, CY + dy)], device="mobile")
+    _closed_round_1(study)
+    result = round_build_next(round_id=round_1.pk)
+    fn = result.round.targets.get(click_type="fn")
+    assert (fn.source_device, fn.source_index) == ("mobile", 2)
+    assert fn.previous_iou == pytest.approx(88 / 112)
+
+
+@pytest.mark.django_db
+def test_no_candidate_or_no_click_gives_no_target_and_says_why(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=2), publish=True)
+    round_1 = study.rounds.get(number=1)
+    perfect, unclicked = round_1.targets.order_by("instance__image__stem")
+    make_clicked_session(study, clicks=[(perfect, CX, CY)])
+    make_clicked_session(study, clicks=[(perfect, CX + 1, CY + 1)], device="mobile")  # IoU 0.98
+    _closed_round_1(study)
+    result = round_build_next(round_id=round_1.pk)
+    assert result.round.targets.count() == 0 and result.round.state == Round.State.CLOSED
+    assert "IoU > 0.95" in result.skipped[perfect.instance_id]
+    assert result.skipped[unclicked.instance_id] == "no valid first click in a counted session"
+
+
+@pytest.mark.django_db
+def test_regions_under_the_minimum_area_are_dropped(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=1), publish=True, min_error_area_px=501)
+    round_1 = study.rounds.get(number=1)
+    (target,) = round_1.targets.all()
+    make_clicked_session(study, clicks=[(target, CX + 5, CY)])  # fn 500 px, fp 500 px
+    _closed_round_1(study)
+    result = round_build_next(round_id=round_1.pk)
+    assert result.round.targets.count() == 0
+    assert result.skipped[target.instance_id] == "fn region under 501 px; fp region under 501 px"
+
+
+@pytest.mark.django_db
+def test_ignore_band_is_outside_the_regions_and_the_iou(tmp_path, square_segmenter):
+    dataset = make_rect_dataset(tmp_path, n_images=1, ignore_width=3)
+    study = make_study(dataset, publish=True, min_error_area_px=100)
+    round_1 = study.rounds.get(number=1)
+    (target,) = round_1.targets.all()
+    make_clicked_session(study, clicks=[(target, CX + 8, CY)])  # fp: 8 columns, 3 of them in the band
+    _closed_round_1(study)
+    result = round_build_next(round_id=round_1.pk)
+    fp = result.round.targets.get(click_type="fp")
+    fn = result.round.targets.get(click_type="fn")
+    assert fp.error_area == 5 * 100 and fn.error_area == 8 * 100
+    assert fp.previous_iou == pytest.approx(92 * 100 / (100 * 100 + 5 * 100))
+
+
+@pytest.mark.django_db
+def test_build_is_idempotent_and_guarded(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=1), publish=True)
+    round_1 = study.rounds.get(number=1)
+    (target,) = round_1.targets.all()
+    make_clicked_session(study, clicks=[(target, CX + 5, CY)])
+    assert round_build_next(round_id=round_1.pk).round is None  # still open
+    _closed_round_1(study)
+    first = round_build_next(round_id=round_1.pk)
+    second = round_build_next(round_id=round_1.pk)
+    assert first.created and not second.created and second.round.pk == first.round.pk
+    assert (
+        Round.objects.filter(study=study).count() == 2 and Target.objects.filter(round__number=2).count() == 2
+    )
+    assert round_build_next(round_id=first.round.pk).round is None  # round 2 is the last (max_rounds 2)
+    assert round_build_next(round_id=10**9).round is None
+
+
+@pytest.mark.django_db
+def test_last_round_gets_no_next_round(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=1), publish=True, max_rounds=1)
+    round_1 = _closed_round_1(study)
+    (target,) = round_1.targets.all()
+    make_clicked_session(study, clicks=[(target, CX + 5, CY)])
+    assert round_build_next(round_id=round_1.pk).round is None
+    assert not Round.objects.filter(study=study, number=2).exists()
+
+
+def _files_under(folder: str) -> list[str]:
+    found = []
+    try:
+        folders, files = default_storage.listdir(folder)
+    except FileNotFoundError:
+        return found
+    found += [f"{folder}/{name}" for name in files]
+    for sub in folders:
+        found += _files_under(f"{folder}/{sub}")
+    return found
+
+
+@pytest.mark.django_db
+def test_failed_build_leaves_no_round_and_no_files_and_orphans_are_cleaned(tmp_path, square_segmenter):
+    study = make_study(make_rect_dataset(tmp_path, n_images=2), publish=True)
+    round_1 = study.rounds.get(number=1)
+    t0, t1 = round_1.targets.order_by("instance__image__stem")
+    make_clicked_session(study, clicks=[(t0, CX + 5, CY), (t1, CX + 5, CY)])
+    _closed_round_1(study)
+    # A crashed earlier build left files behind.
+    orphan = default_storage.save(
+        f"rounds/study_{study.pk}/round_2/build_dead/error/x.png", ContentFile(b"not a png")
+    )
+    # The second instance's mask is gone: the build fails after computing the first instance.
+    mask_name = t1.instance.mask_file.name
+    saved = default_storage.open(mask_name, "rb").read()
+    default_storage.delete(mask_name)
+    with pytest.raises(NextRoundError, match=re.escape(mask_name)):
+        round_build_next(round_id=round_1.pk)
+    assert not Round.objects.filter(study=study, number=2).exists()
+    assert _files_under(f"rounds/study_{study.pk}/round_2") == [orphan]
+    # Repaired, the build runs once and removes the orphan.
+    default_storage.save(mask_name, ContentFile(saved))
+    result = round_build_next(round_id=round_1.pk)
+    assert result.created and result.round.targets.count() == 4
+    assert not default_storage.exists(orphan)
+    files = _files_under(f"rounds/study_{study.pk}/round_2")
+    stored = set(Target.objects.filter(round=result.round).values_list("error_mask_file", flat=True))
+    stored |= set(Target.objects.filter(round=result.round).values_list("previous_mask_file", flat=True))
+    assert set(files) == stored and len(stored) == 4 + 2
+
+
+# --------------------------------------------------------------------------------------------------
+# GrabCut with the embedded segmenter
+
+
+def _clicks_inside(mask: np.ndarray, ignore: np.ndarray, *, n: int, rng) -> list[tuple[float, float]]:
+    """Realistic first clicks: the point deepest inside the object, then points drawn from its interior
+    at least 10 px from the boundary (x = column, y = row, pixel centres)."""
+    depth = ndimage.distance_transform_edt(mask & ~ignore)
+    row, col = np.unravel_index(int(np.argmax(depth)), depth.shape)
+    points = [(col + 0.5, row + 0.5)]
+    rows, cols = np.nonzero(depth >= min(10.0, depth.max() / 2))
+    for index in rng.choice(len(rows), size=n - 1, replace=False):
+        points.append((cols[index] + 0.5, rows[index] + 0.5))
+    return points
+
+
+@pytest.mark.dataset
+@pytest.mark.django_db
+def test_grabcut_build_with_the_embedded_segmenter_gives_valid_fn_fp_targets(
+    grabcut_root, settings, tmp_path
+):
+    settings.NEXT_ROUND_SEGMENTERS = ["embedded"]
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    dataset = dataset_import(path=grabcut_root, layout="grabcut", name="GrabCut").dataset
+    study = make_study(dataset, publish=True, min_error_area_px=100)
+    round_1 = study.rounds.get(number=1)
+    chosen = list(round_1.targets.select_related("instance__image").order_by("instance__image__stem")[:3])
+    rng = np.random.default_rng(3)
+    for target in chosen:
+        instance = target.instance
+        mask = _read(instance.mask_file.name) > 127
+        ignore = _read(instance.ignore_file.name) > 127 if instance.ignore_file else np.zeros_like(mask)
+        (pc_a, pc_b, mobile) = _clicks_inside(mask, ignore, n=3, rng=rng)
+        make_clicked_session(study, clicks=[(target, *pc_a)])
+        make_clicked_session(study, clicks=[(target, *pc_b)])
+        make_clicked_session(study, clicks=[(target, *mobile)], device="mobile")
+    _closed_round_1(study)
+
+    result = round_build_next(round_id=round_1.pk)
+
+    assert result.created
+    targets = list(result.round.targets.select_related("instance__image", "source_click__trial__session"))
+    assert targets, f"no round-2 target; reasons: {result.skipped}"
+    chosen_instances = {t.instance_id for t in chosen}
+    assert {t.instance_id for t in targets} | set(result.skipped) >= chosen_instances
+    assert len(set(result.skipped) - chosen_instances) == len(round_1.targets.all()) - 3
+    for target in targets:
+        instance, image = target.instance, target.instance.image
+        assert target.instance_id in chosen_instances
+        mask = _read(instance.mask_file.name) > 127
+        ignore = _read(instance.ignore_file.name) > 127 if instance.ignore_file else np.zeros_like(mask)
+        previous = _read(target.previous_mask_file.name)
+        error = _read(target.error_mask_file.name)
+        assert previous.shape == error.shape == (image.height, image.width)
+        assert set(np.unique(previous)) <= {0, 255} and set(np.unique(error)) <= {0, 255}
+        previous, error = previous == 255, error == 255
+        if target.click_type == "fn":
+            allowed = mask & ~previous & ~ignore
+        else:
+            allowed = ~mask & previous & ~ignore
+        assert not (error & ~allowed).any(), (
+            f"{target.full_stem}: error pixels outside the {target.click_type} set"
+        )
+        assert int(error.sum()) == target.error_area >= study.min_error_area_px
+        assert np.array_equal(drop_small_components(error, min_area_px=study.min_error_area_px), error)
+        iou = mask_iou(mask=mask, prediction=previous, ignore=ignore)
+        assert iou == pytest.approx(target.previous_iou) and iou <= MAX_PREVIOUS_IOU
+        assert target.model_type == "embedded"
+        click = target.source_click
+        assert click is not None and click.trial.target.instance_id == instance.pk
+        assert click.trial.session.device == target.source_device and target.source_index >= 1
+        same_device = sorted(
+            (c.received_at, c.pk)
+            for c in type(click).objects.filter(
+                trial__target=click.trial.target, trial__session__device=target.source_device
+            )
+        )
+        assert same_device.index((click.received_at, click.pk)) + 1 == target.source_index
+        assert target.full_stem == (
+            f"{instance.first_round_full_stem}_embedded_{target.click_type}_{target.source_device}_"
+            f"{target.source_index}"
+        )

@@ -1,0 +1,73 @@
+"""The one settings module: embedded default, production from the environment, secrets kept out of logs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from config.logging_filters import RedactSecretsFilter
+from tests.support.celery_worker import PROJECT_ROOT
+
+PRODUCTION_ENV = {
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/clicklab_deploy_check",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/9",
+    "SECRET_KEY": "k" * 20 + "-x9Q2#mZr7!vLp3@wT8^sB5&nY1*cF6(hJ4)dG0",
+    "ALLOWED_HOSTS": "clicks.example.org",
+    "DEBUG": "false",
+}
+
+
+def _run(
+    args: list[str], env_overrides: dict[str, str], drop: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    # DJANGO_ALLOW_ASYNC_UNSAFE is set by the Chromium fixture for this process only; a deployment never has it
+    ignored = {"DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE", *drop}
+    env = {k: v for k, v in os.environ.items() if k not in ignored}
+    env.update(env_overrides)
+    return subprocess.run(
+        [sys.executable, *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_check_deploy_passes_with_production_variables(tmp_path):
+    result = _run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                  {**PRODUCTION_ENV, "CLICKLAB_VAR_DIR": str(tmp_path)})  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_without_secret_key_fails_with_instructions(tmp_path):
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "SECRET_KEY"}
+    result = _run(["manage.py", "check"], {**env, "CLICKLAB_VAR_DIR": str(tmp_path)}, drop=("SECRET_KEY",))
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set" in result.stderr
+
+
+def test_embedded_default_uses_sqlite_and_filesystem_broker(tmp_path):
+    code = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.DATABASES['default']['ENGINE'], str(s.DATABASES['default']['NAME']), "
+        "s.CELERY['broker_url'], s.DEBUG]))"
+    )
+    result = _run(["-c", code], {"DJANGO_SETTINGS_MODULE": "config.settings", "CLICKLAB_VAR_DIR": str(tmp_path)},
+                  drop=("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    engine, name, broker, debug = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    assert engine == "django.db.backends.sqlite3" and name.startswith(str(tmp_path))
+    assert broker == "filesystem://" and debug is True
+    assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0  # generated key readable by the owner only
+
+
+@pytest.mark.parametrize("setting", ["TOLOKA_TOKEN", "SECRET_KEY"])
+def test_secret_values_are_redacted_from_log_records(settings, setting):
+    secret = "s3cr3t-" + setting.lower() + "-value"
+    setattr(settings, setting, secret)
+    record = logging.LogRecord(
+        "x", logging.ERROR, __file__, 1, "calling with token %s failed", (secret,), None
+    )
+    assert RedactSecretsFilter().filter(record)
+    assert secret not in record.getMessage() and "[redacted]" in record.getMessage()

@@ -1,0 +1,161 @@
+"""tasks.validation through a real Celery worker process: finish → validated; a worker SIGKILLed in the
+middle of a validation leaves nothing half-applied and, restarted, gives exactly one result per session."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+
+from collector.models import Click, Round, Session, Target
+from collector.services.validation import validations_requeue
+from tests.factories import make_rect_dataset, make_study, make_validated_batch
+from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
+
+pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def worker(monkeypatch, exclusive_broker):
+    """A worker of our own (this module kills it): default queue, one process. Redis redelivers an
+    unacknowledged message after 3 s here instead of an hour, so a restart picks up the killed task."""
+    monkeypatch.setenv("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", "3")
+    purge_queues()
+    process = CeleryWorkerProcess(queues="default")
+    yield process
+    process.stop()
+    purge_queues()
+
+
+def _validated(session_ids):
+    return Session.objects.filter(pk__in=session_ids, validated_at__isnull=False).count() == len(session_ids)
+
+
+def test_finishing_a_session_gets_it_validated_by_the_worker(tmp_path, worker):
+    study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True)
+    worker.start()
+    session = make_validated_batch(study, valid_positions=range(8), validate=False)
+    wait_until(lambda: _validated([session.pk]), timeout_s=60, what=f"validation of session {session.pk}")
+    session.refresh_from_db()
+    assert (session.validity, session.valid_clicks) == ("counted", 8)
+    assert sorted(
+        Target.objects.filter(round=session.round).values_list("valid_pc", "inflight_pc")
+    ) == sorted([(1, 0)] * 8 + [(0, 0)] * 2)
+
+
+class _RoundLock:
+    """Holds the round's row lock (PostgreSQL) or the database write lock (SQLite, IMMEDIATE transactions)
+    from another connection, so a validation that reaches it waits there, mid-task."""
+
+    def __init__(self, round_id: int):
+        self.round_id = round_id
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            with transaction.atomic():
+                Round.objects.select_for_update().filter(pk=self.round_id).first()
+                self.held.set()
+                self.release.wait(timeout=120)
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.held.wait(timeout=30), "could not take the round lock"
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.thread.join(timeout=60)
+
+
+def _waiting_on_a_lock() -> bool:
+    if connection.vendor != "postgresql":
+        return True  # SQLite: the worker waits at BEGIN IMMEDIATE; nothing to observe from outside
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_worker_killed_mid_validation_leaves_no_half_result_and_the_task_runs_again(tmp_path, worker):
+    quota = 50
+    study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True, quota_pc=quota)
+    round_1 = study.rounds.get(number=1)
+    plans_before = [range(10), range(7), range(6)]
+    plans_killed = [range(10), range(8), range(5), range(9)]
+
+    # 1. A first group validated normally.
+    worker.start()
+    before = [make_validated_batch(study, valid_positions=p, validate=False) for p in plans_before]
+    wait_until(lambda: _validated([s.pk for s in before]), timeout_s=60, what="first group validated")
+    first_results = dict(
+        Session.objects.filter(pk__in=[s.pk for s in before]).values_list("pk", "validated_at")
+    )
+    worker.stop()
+
+    # 2. A second group finished while no worker runs; their messages wait in the broker.
+    killed = [make_validated_batch(study, valid_positions=p, validate=False) for p in plans_killed]
+    killed_ids = [s.pk for s in killed]
+
+    with _RoundLock(round_1.pk):
+        # 3. The worker takes a validation and stops inside it, at the round lock (PostgreSQL: after it has
+        #    already written the clicks and the session row in its transaction).
+        worker.start()
+        taken = wait_until(
+            lambda: re.search(r"tasks\.validation\.validate_session\[([0-9a-f-]+)\] received", worker.log()),
+            timeout_s=60,
+            what="the worker to take a validation",
+        )
+        wait_until(_waiting_on_a_lock, timeout_s=30, what="the validation to wait on the round lock")
+        time.sleep(0.5)
+        worker.kill()
+
+        # 4. Nothing of the killed validation is visible: no session, click or counter was touched.
+        assert Session.objects.filter(pk__in=killed_ids, validated_at__isnull=False).count() == 0
+        assert Session.objects.filter(pk__in=killed_ids, validity="pending").count() == len(killed)
+        assert Click.objects.filter(trial__session_id__in=killed_ids, is_valid__isnull=False).count() == 0
+        assert (
+            sorted(Target.objects.filter(round=round_1).values_list("inflight_pc", flat=True))
+            == [len(killed)] * 10
+        )
+
+    # 5. Restarted, the task runs again (Redis redelivers the unacknowledged message; the requeue safety net
+    #    covers a broker that lost it) and every session gets exactly one result.
+    worker.start()
+    requeued = validations_requeue(older_than_s=0)
+    assert set(requeued) <= set(killed_ids)
+    wait_until(lambda: _validated(killed_ids), timeout_s=90, what="second group validated after the restart")
+    if settings.CELERY["broker_url"].startswith("redis"):
+        # acks_late: the message of the killed task was never acknowledged, so Redis delivers it again once
+        # its visibility timeout (3 s here) has passed, which may be after the requeue already validated.
+        wait_until(
+            lambda: f"validate_session[{taken.group(1)}] received" in worker.log(),
+            timeout_s=60,
+            what="Redis to redeliver the killed task's unacknowledged message",
+        )
+
+    sessions = {s.pk: s for s in Session.objects.filter(study=study)}
+    for session, plan in zip(before + killed, plans_before + plans_killed, strict=True):
+        stored = sessions[session.pk]
+        expected_validity = "counted" if len(plan) >= 7 else "rejected"
+        assert (stored.validity, stored.valid_clicks) == (expected_validity, len(plan)), stored
+    for pk, validated_at in first_results.items():
+        assert sessions[pk].validated_at == validated_at  # not validated a second time
+
+    expected = Counter()
+    for session, plan in zip(before + killed, plans_before + plans_killed, strict=True):
+        if len(plan) >= 7:
+            for position, target_id in session.trials.values_list("position", "target_id"):
+                expected[target_id] += position in plan
+    for target in Target.objects.filter(round=round_1):
+        assert (target.valid_pc, target.inflight_pc) == (expected[target.pk], 0), target
