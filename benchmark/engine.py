@@ -539,6 +539,7 @@ def run_celery(
     samples: Sequence[Sample],
     real_clicks: dict[SampleKey, np.ndarray],
     broker_url: str,
+    broker_transport_options: dict | None = None,
     queue: str = "models",
     poll_seconds: float = 2.0,
     timeout_seconds: float | None = None,
@@ -548,11 +549,14 @@ def run_celery(
 
     A bare Celery client (no Django import) sends ``tasks.benchmark.benchmark_evaluate_instance`` by
     name; the workers of ``config.celery:app`` run it and write ``<out_dir>/instances/*.npz`` on a
-    path they share with this machine. Completion is read from those files.
+    path they share with this machine. Completion is read from those files. ``broker_transport_options``
+    are kombu's (e.g. the folders of the single-machine ``filesystem://`` broker).
     """
     from celery import Celery
 
     client = Celery("clicklab-benchmark-client", broker=broker_url)
+    if broker_transport_options:
+        client.conf.broker_transport_options = broker_transport_options
     out_dir = Path(spec.out_dir)
     fingerprint = spec.config.fingerprint()
     pending: dict[Path, Sample] = {}

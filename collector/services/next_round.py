@@ -32,7 +32,6 @@ candidates of one instance at a time) plus one embedding per (image, segmenter).
 
 from __future__ import annotations
 
-import io
 import logging
 import uuid
 from collections import defaultdict
@@ -48,7 +47,9 @@ from django.db import transaction
 from django.utils import timezone
 from PIL import Image as PILImage
 
+from benchmark.metrics import iou
 from collector.models import Click, Image, Instance, Round, Session, Study, Target
+from collector.services.datasets import mask_png_bytes
 from config.celery import app as celery_app
 from exports.stems import full_stem_build
 from segmenters.base import CheckpointError, Predictor, SegmenterError
@@ -116,18 +117,6 @@ class BuildResult:
 # Pure parts (no database)
 
 
-def mask_iou(*, mask: np.ndarray, prediction: np.ndarray, ignore: np.ndarray | None) -> float:
-    """IoU of two bool (H, W) masks over the pixels outside ``ignore`` (bool (H, W) or None); 0 when
-    both are empty there."""
-    if ignore is not None:
-        keep = ~ignore
-        mask, prediction = mask & keep, prediction & keep
-    union = int(np.count_nonzero(mask | prediction))
-    if union == 0:
-        return 0.0
-    return int(np.count_nonzero(mask & prediction)) / union
-
-
 def drop_small_components(region: np.ndarray, *, min_area_px: int) -> np.ndarray:
     """``region`` (bool (H, W)) without its 8-connected components of fewer than ``min_area_px`` pixels."""
     if min_area_px <= 1 or not region.any():
@@ -150,13 +139,6 @@ def error_regions(
         cleaned = drop_small_components(region, min_area_px=min_area_px)
         regions[kind] = cleaned if int(np.count_nonzero(cleaned)) >= max(1, min_area_px) else None
     return regions
-
-
-def png_bytes(mask: np.ndarray) -> bytes:
-    """8-bit 0/255 single-channel PNG of a bool (H, W) mask."""
-    buffer = io.BytesIO()
-    PILImage.fromarray(np.where(mask, 255, 0).astype(np.uint8), mode="L").save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,15 +271,15 @@ def instance_plan(
                 embedding, [SegClick(x=click.x, y=click.y, is_positive=True)], None
             )
             predicted = np.asarray(predictor.predict_mask(prediction), dtype=bool)
-            iou = mask_iou(mask=mask, prediction=predicted, ignore=ignore)
-            if iou <= MAX_PREVIOUS_IOU and (best is None or iou > best[0]):
-                best = (iou, predictor, click, predicted)
+            overlap = iou(predicted, mask, ignore)
+            if overlap <= MAX_PREVIOUS_IOU and (best is None or overlap > best[0]):
+                best = (overlap, predictor, click, predicted)
     if best is None:
         return (
             [],
             f"every predicted mask has IoU > {MAX_PREVIOUS_IOU} ({len(clicks)} clicks x {len(predictors)} models)",
         )
-    iou, predictor, click, previous = best
+    best_iou, predictor, click, previous = best
     regions = error_regions(mask=mask, previous=previous, ignore=ignore, min_area_px=min_error_area_px)
     planned, missing = [], []
     for click_type in ("fn", "fp"):
@@ -322,7 +304,7 @@ def instance_plan(
                 previous_mask=previous,
                 error_mask=region,
                 error_area=int(np.count_nonzero(region)),
-                previous_iou=float(iou),
+                previous_iou=float(best_iou),
                 source=click,
             )
         )
@@ -443,12 +425,12 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
                 )
                 name = default_storage.save(
                     f"{folder}/previous/{prev_stem}_{item.source.device}_{item.source.index}.png",
-                    ContentFile(png_bytes(item.previous_mask)),
+                    ContentFile(mask_png_bytes(item.previous_mask)),
                 )
                 written.append(name)
                 previous_names[key] = name
             error_name = default_storage.save(
-                f"{folder}/error/{item.full_stem}.png", ContentFile(png_bytes(item.error_mask))
+                f"{folder}/error/{item.full_stem}.png", ContentFile(mask_png_bytes(item.error_mask))
             )
             written.append(error_name)
             rows.append(

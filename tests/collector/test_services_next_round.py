@@ -12,6 +12,7 @@ from django.core.files.storage import default_storage
 from PIL import Image as PILImage
 from scipy import ndimage
 
+from benchmark.metrics import iou
 from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import (
@@ -19,7 +20,6 @@ from collector.services.next_round import (
     NextRoundError,
     drop_small_components,
     error_regions,
-    mask_iou,
     round_build_next,
 )
 from exports.stems import full_stem_check
@@ -88,10 +88,10 @@ def test_iou_leaves_out_the_ignore_band():
     mask[2:8, 2:8] = True
     prediction = np.zeros_like(mask)
     prediction[2:8, 2:9] = True  # one extra column
-    assert mask_iou(mask=mask, prediction=prediction, ignore=None) == pytest.approx(36 / 42)
+    assert iou(prediction, mask, None) == pytest.approx(36 / 42)
     ignore = np.zeros_like(mask)
     ignore[:, 8] = True
-    assert mask_iou(mask=mask, prediction=prediction, ignore=ignore) == 1.0
+    assert iou(prediction, mask, ignore) == 1.0
 
 
 def test_small_components_are_dropped_before_the_area_check():
@@ -357,8 +357,8 @@ def test_grabcut_build_with_the_embedded_segmenter_gives_valid_fn_fp_targets(
         )
         assert int(error.sum()) == target.error_area >= study.min_error_area_px
         assert np.array_equal(drop_small_components(error, min_area_px=study.min_error_area_px), error)
-        iou = mask_iou(mask=mask, prediction=previous, ignore=ignore)
-        assert iou == pytest.approx(target.previous_iou) and iou <= MAX_PREVIOUS_IOU
+        overlap = iou(previous, mask, ignore)
+        assert overlap == pytest.approx(target.previous_iou) and overlap <= MAX_PREVIOUS_IOU
         assert target.model_type == "embedded"
         click = target.source_click
         assert click is not None and click.trial.target.instance_id == instance.pk

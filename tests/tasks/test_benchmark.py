@@ -1,11 +1,10 @@
-"""The Celery task of ``python -m benchmark run --celery``: its name and its body (no broker needed).
-
-The integration test with a real worker (``@pytest.mark.celery``) is pending the shared Celery fixtures.
-"""
+"""The Celery task of ``python -m benchmark run --celery``: its name, its body, and the fan-out through a
+real broker to a real worker process."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmark.engine import (
     CELERY_TASK_NAME,
@@ -50,3 +49,49 @@ def test_task_body_writes_the_instance_file(tmp_path):
     result = InstanceResult.load(tmp_path / "out" / "instances" / instance_file_name(sample.key))
     assert result.config_json == config.fingerprint()
     assert result.group_iou.shape == (2, 1, 2) and result.user_iou.shape == (1,)
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_run_celery_fans_out_to_a_real_worker_and_matches_the_local_run(tmp_path, celery_worker, settings):
+    """The engine sends one task per instance by name through a bare client; the worker of
+    config.celery:app writes the instance files; the results equal an in-process run's."""
+    from PIL import Image
+
+    from benchmark.datasets import open_dataset
+    from benchmark.engine import RunSpec, load_results, run_celery, run_local
+
+    root = tmp_path / "GrabCut"
+    (root / "data_GT").mkdir(parents=True)
+    (root / "boundary_GT").mkdir()
+    for index, stem in enumerate(("a", "b")):
+        Image.fromarray(np.full((20, 28, 3), 60 + 40 * index, np.uint8)).save(
+            root / "data_GT" / f"{stem}.png"
+        )
+        mask = np.zeros((20, 28), np.uint8)
+        mask[5 + index : 15, 6 : 20 - index] = 255
+        Image.fromarray(mask).save(root / "boundary_GT" / f"{stem}.bmp")
+    samples = open_dataset(root, "grabcut").samples
+    config = EngineConfig(max_clicks=2, group_bounds=((0.0, 0.5), (0.5, 1.0)))
+
+    def spec(out):
+        return RunSpec(
+            method="embedded", predictor_options={}, click_model="uniform", config=config, out_dir=str(out)
+        )
+
+    run_celery(
+        spec=spec(tmp_path / "celery"),
+        samples=samples,
+        real_clicks={},
+        broker_url=settings.CELERY["broker_url"],
+        broker_transport_options=settings.CELERY.get("broker_transport_options"),
+        timeout_seconds=180,
+        poll_seconds=0.2,
+    )
+    assert "benchmark_evaluate_instance" in celery_worker.log()
+    run_local(spec=spec(tmp_path / "local"), samples=samples, real_clicks={}, workers=1)
+    remote, local = load_results(tmp_path / "celery"), load_results(tmp_path / "local")
+    assert [r.key for r in remote] == [r.key for r in local] == sorted(s.key for s in samples)
+    for a, b in zip(remote, local, strict=True):
+        np.testing.assert_array_equal(a.base_iou, b.base_iou)
+        np.testing.assert_array_equal(a.group_clicks, b.group_clicks)

@@ -14,9 +14,10 @@ from django.db import transaction
 from PIL import Image as PILImage
 from scipy import ndimage
 
+from benchmark.metrics import iou
 from collector.models import Round, Target
 from collector.services.datasets import dataset_import
-from collector.services.next_round import MAX_PREVIOUS_IOU, mask_iou
+from collector.services.next_round import MAX_PREVIOUS_IOU
 from collector.services.rounds import round_close_if_full
 from tasks.segmentation import requeue_pending_builds
 from tests.factories import make_clicked_session, make_study
@@ -81,7 +82,7 @@ def _check_round_2(study, chosen_instances):
         allowed = (mask & ~previous) if target.click_type == "fn" else (~mask & previous)
         assert not (error & ~(allowed & ~ignore)).any(), target.full_stem
         assert int(error.sum()) == target.error_area >= study.min_error_area_px
-        assert mask_iou(mask=mask, prediction=previous, ignore=ignore) == pytest.approx(target.previous_iou)
+        assert iou(previous, mask, ignore) == pytest.approx(target.previous_iou)
         assert target.previous_iou <= MAX_PREVIOUS_IOU
         assert target.source_click.trial.session.device == target.source_device
         assert target.full_stem == (
