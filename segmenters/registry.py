@@ -48,6 +48,11 @@ def register(name: str, *, requirement: RequirementCheck | None = None):
     return decorate
 
 
+def unregister(name: str) -> None:
+    """Forget ``name`` (a plug-in or test predictor registered for a while); unknown names are ignored."""
+    _REGISTRY.pop(name, None)
+
+
 def registered_predictors() -> list[str]:
     """Every registered name: ``"embedded"`` first, then in registration order."""
     _load_builtin_adapters()

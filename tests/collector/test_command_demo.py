@@ -34,7 +34,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path):
+def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path, chromium):
     env = {
         k: v
         for k, v in os.environ.items()
@@ -62,15 +62,20 @@ def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path):
         assert login and (tmp_path / "demo" / "credentials.txt").read_text().strip() == login
         pids = [int(p) for p in re.search(r"pids (\d+), (\d+)", text).groups()]
 
-        page = None
+        # open the printed link as a person would: the entry page posts the detected device back, which
+        # starts a session and hands over to the player page
         for _ in range(60):  # the web server needs a moment after the worker line is printed
             try:
-                page = urllib.request.urlopen(link, timeout=10)
+                urllib.request.urlopen(link, timeout=10)
                 break
             except OSError:
                 time.sleep(0.5)
-        assert page is not None and page.status == 200, f"annotator link did not open: {link}"
-        assert "/a/" in page.url  # the link minted a session and handed over to the player page
+        context = chromium.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.goto(link)
+        page.wait_for_url("**/a/**", timeout=60_000)
+        page.wait_for_selector("#start-button:enabled", timeout=120_000)  # every stimulus loaded and decoded
+        context.close()
 
         # the real worker rendered the stimuli of every round-1 target (task sent when the study was published)
         db = sqlite3.connect(tmp_path / "clicklab.sqlite3")

@@ -24,7 +24,7 @@ from collector.services.next_round import (
 )
 from exports.stems import full_stem_check
 from segmenters.base import Embedding, Prediction, Predictor
-from segmenters.registry import register
+from segmenters.registry import register, unregister
 from tests.factories import make_clicked_session, make_rect_dataset, make_study
 
 # --------------------------------------------------------------------------------------------------
@@ -33,7 +33,6 @@ from tests.factories import make_clicked_session, make_rect_dataset, make_study
 SIDE = 100
 
 
-@register("test-square")
 class SquarePredictor(Predictor):
     name = "test-square"
     model_type = "square"
@@ -60,9 +59,12 @@ CX, CY = 200.0, 150.0
 
 @pytest.fixture
 def square_segmenter(settings, tmp_path):
+    """Registered for the test only, so the registry's contract tests never see it."""
+    register("test-square")(SquarePredictor)
     settings.NEXT_ROUND_SEGMENTERS = ["test-square"]
     settings.MEDIA_ROOT = str(tmp_path / "media")
-    return settings
+    yield settings
+    unregister("test-square")
 
 
 def _closed_round_1(study):
