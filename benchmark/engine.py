@@ -554,7 +554,9 @@ def run_celery(
     """
     from celery import Celery
 
-    client = Celery("clicklab-benchmark-client", broker=broker_url)
+    # not the current app: in a process that also runs config.celery:app (tests, notebooks), shared tasks
+    # would otherwise resolve to this bare client and lose the app's routes (e.g. the models queue)
+    client = Celery("clicklab-benchmark-client", broker=broker_url, set_as_current=False)
     if broker_transport_options:
         client.conf.broker_transport_options = broker_transport_options
     out_dir = Path(spec.out_dir)
