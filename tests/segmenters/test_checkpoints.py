@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from segmenters.checkpoints import (
     resolve_checkpoint,
 )
 from segmenters.registry import get_predictor
-from segmenters.sam import SamArchitecture
 
 from .conftest import TINY_SAM, write_tiny_sam_checkpoint
 
@@ -71,18 +71,7 @@ def test_missing_checkpoint_through_the_registry(tmp_path):
 
 
 def test_wrong_architecture_names_the_path_and_the_expected_variant(tmp_path):
-    bigger = SamArchitecture(
-        encoder_embed_dim=48,
-        encoder_depth=2,
-        encoder_num_heads=2,
-        encoder_global_attn_indexes=(1,),
-        encoder_window_size=4,
-        image_size=128,
-        prompt_embed_dim=32,
-        decoder_mlp_dim=64,
-        decoder_num_heads=2,
-        iou_head_hidden_dim=32,
-    )
+    bigger = dataclasses.replace(TINY_SAM, encoder_embed_dim=48)  # same layout, a wider encoder
     path = write_tiny_sam_checkpoint(tmp_path / "wider.pth", seed=0, architecture=bigger)
     with pytest.raises(CheckpointError) as caught:
         get_predictor("sam", checkpoint=path, architecture=TINY_SAM, variant="vit_b", device="cpu")
