@@ -6,6 +6,8 @@ session holding that trial and can be cached forever.
 
 from __future__ import annotations
 
+import hashlib
+
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
@@ -54,6 +56,36 @@ def finish_payload(session: Session) -> dict | None:
     return get_adapter(session.study.platform).finish_action(session=session).as_dict()
 
 
+def _stimulus_entries(*, position: int, stimuli: dict) -> list[dict]:
+    return [
+        {"position": position, "kind": kind, "name": stimuli[kind]["name"]}
+        for kind in ("display", "target")
+        if stimuli.get(kind)
+    ]
+
+
+def _entries_digest(entries: list[dict]) -> str:
+    listing = ";".join(f"{e['position']}:{e['kind']}:{e['name']}" for e in entries)
+    return hashlib.sha256(listing.encode()).hexdigest()[:20]
+
+
+def session_stimuli_manifest(*, session: Session) -> tuple[list[dict], str]:
+    """Every stimulus file of the session's trials in play order, ``[{position, kind, name}]``, and a
+    digest of that list. The digest names the session's one-request stimulus bundle, so the bundle can be
+    cached for good: a reload mid-batch gets the same URL and the browser's copy."""
+    trials = session.trials.select_related("target__instance__image", "target__round__study").order_by(
+        "position"
+    )
+    entries = [
+        entry
+        for trial in trials
+        for entry in _stimulus_entries(
+            position=trial.position, stimuli=target_stimuli_ensure(target=trial.target)
+        )
+    ]
+    return entries, _entries_digest(entries)
+
+
 def session_payload(*, session: Session, token: str) -> dict:
     """The player's whole state: timing, API URLs, and per trial ``done`` plus (if not done) stimuli."""
     study = session.study
@@ -62,11 +94,15 @@ def session_payload(*, session: Session, token: str) -> dict:
         .order_by("position")
         .all()
     )
-    items = []
+    running = session.status == Session.Status.STARTED
+    items, entries = [], []
     for trial in trials:
         done = hasattr(trial, "click")
         item = {"position": trial.position, "done": done}
-        if not done and session.status == Session.Status.STARTED:
+        if running:  # the bundle lists every trial's files, so a reload keeps its URL
+            stimuli = target_stimuli_ensure(target=trial.target)
+            entries += _stimulus_entries(position=trial.position, stimuli=stimuli)
+        if not done and running:
 
             def url_for(kind, name, position=trial.position):
                 return reverse(
@@ -88,6 +124,13 @@ def session_payload(*, session: Session, token: str) -> dict:
             "finish": reverse("annotation_ui:api_finish", kwargs={"token": token}),
         },
         "trials": items,
+        "bundle_url": (
+            reverse(
+                "annotation_ui:stimuli_bundle", kwargs={"token": token, "digest": _entries_digest(entries)}
+            )
+            if running and not all(item["done"] for item in items)
+            else None
+        ),
         "finish": finish_payload(session),
     }
 
@@ -114,5 +157,6 @@ def preview_payload(*, study: Study, targets: list[Target]) -> dict:
             {"position": index, "done": False, **trial_stimuli(target=target, url_for=url_builder(target))}
             for index, target in enumerate(targets)
         ],
+        "bundle_url": None,
         "finish": None,
     }

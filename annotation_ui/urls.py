@@ -1,4 +1,5 @@
 from django.urls import path
+from django.views.decorators.gzip import gzip_page
 from django.views.i18n import JavaScriptCatalog
 
 from . import api, views
@@ -19,13 +20,18 @@ urlpatterns = [
     path("api/annotator/<str:token>/click", api.click, name="api_click"),
     path("api/annotator/<str:token>/finish", api.finish, name="api_finish"),
     path(
+        "api/annotator/<str:token>/stimuli/<str:digest>.bin",
+        views.stimuli_bundle,
+        name="stimuli_bundle",
+    ),
+    path(
         "api/annotator/<str:token>/stimulus/<int:position>/<str:kind>/<str:name>",
         views.stimulus,
         name="stimulus",
     ),
     path(
         "jsi18n/player/",
-        JavaScriptCatalog.as_view(packages=["annotation_ui"], domain="djangojs"),
+        gzip_page(JavaScriptCatalog.as_view(packages=["annotation_ui"], domain="djangojs")),
         name="jsi18n",
     ),
 ]

@@ -93,21 +93,48 @@ def grabcut_study(**fields):
 
 
 @contextlib.contextmanager
-def live_server():
-    """Django behind a threaded WSGI server on 127.0.0.1 (static files included); yields its URL."""
+def live_server(*, production_static: bool = False):
+    """Django behind a threaded WSGI server on 127.0.0.1 (static files included); yields its URL.
+
+    ``production_static``: serve static files as production does — ``collectstatic`` into a temporary
+    root with the manifest storage that writes compressed copies, served by WhiteNoise's middleware
+    (hashed names, gzip when the browser accepts it, DEBUG off). Otherwise Django's development static
+    handler serves them from the source folder, uncompressed, as ``make demo`` does."""
     from django.contrib.staticfiles.handlers import StaticFilesHandler
+    from django.core.management import call_command
     from django.test.testcases import LiveServerThread
 
-    thread = LiveServerThread("127.0.0.1", static_handler=StaticFilesHandler, connections_override={})
-    thread.daemon = True
-    thread.start()
-    thread.is_ready.wait()
-    if thread.error:
-        raise thread.error
-    try:
-        yield f"http://127.0.0.1:{thread.port}"
-    finally:
-        thread.terminate()
+    with contextlib.ExitStack() as stack:
+        static_handler = StaticFilesHandler
+        if production_static:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            stack.enter_context(
+                override_settings(
+                    DEBUG=False,
+                    STATIC_ROOT=root,
+                    WHITENOISE_AUTOREFRESH=False,
+                    WHITENOISE_USE_FINDERS=False,
+                    STORAGES={
+                        **settings.STORAGES,
+                        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+                    },
+                )
+            )
+            call_command("collectstatic", interactive=False, verbosity=0)
+
+            def static_handler(application):  # WhiteNoise (a middleware) serves /static/
+                return application
+
+        thread = LiveServerThread("127.0.0.1", static_handler=static_handler, connections_override={})
+        thread.daemon = True
+        thread.start()
+        thread.is_ready.wait()
+        if thread.error:
+            raise thread.error
+        try:
+            yield f"http://127.0.0.1:{thread.port}"
+        finally:
+            thread.terminate()
 
 
 @contextlib.contextmanager

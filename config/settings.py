@@ -205,6 +205,9 @@ else:
             "processed_folder": str(BROKER_DIR / "processed"),
             "control_folder": str(BROKER_DIR / "control"),
             "store_processed": False,
+            # kombu polls the folder (default once a second): 0.2 s keeps a click's validation, a stimulus
+            # render or a benchmark task from waiting a second for pickup, for a directory listing 5x/s.
+            "polling_interval": float(os.environ.get("CLICKLAB_BROKER_POLL_S", "0.2")),
         },
     }
 CELERY.update(

@@ -132,14 +132,18 @@ CHROMIUM_ARGS = [
 ]
 
 
+def chromium_missing_message() -> str:
+    return (
+        f"Chromium not found at {CHROMIUM_PATH}: install it with `apt-get update && apt-get install -y "
+        "chromium` (make test does this), or set CLICKLAB_CHROMIUM to its path."
+    )
+
+
 @pytest.fixture(scope="session")
 def chromium():
     """A real headless Chromium driven by Playwright (Debian's package, not a downloaded build)."""
     if not Path(CHROMIUM_PATH).exists():
-        pytest.fail(
-            f"Chromium not found at {CHROMIUM_PATH}: install it with `apt-get update && apt-get install -y "
-            "chromium` (make test does this), or set CLICKLAB_CHROMIUM to its path."
-        )
+        pytest.fail(chromium_missing_message())
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
     from playwright.sync_api import sync_playwright
 

@@ -234,17 +234,61 @@
     return window.createImageBitmap ? createImageBitmap(canvas) : Promise.resolve(canvas);
   }
 
-  function loadTrialAssets(trial, onAsset) {
-    var display = loadBitmap(trial.display_url).then(function (bitmap) { onAsset(); return bitmap; });
-    var target;
-    if (trial.target_url) {
-      target = loadBitmap(trial.target_url).then(function (bitmap) { onAsset(); return bitmap; });
-    } else {
-      target = display.then(function (bitmap) {
-        return textBitmap(trial.text, bitmap.width, bitmap.height);
-      }).then(function (bitmap) { onAsset(); return bitmap; });
-    }
+  /** The batch's pictures in one response (see views.stimuli_bundle): uint32 N, N bytes of JSON index,
+   *  then the files back to back. Resolves to {"<position>:<kind>": Blob}; reports byte progress. */
+  function fetchBundle(url, onProgress) {
+    return fetch(url).then(function (response) {
+      if (!response.ok) { throw new Error("HTTP " + response.status); }
+      var total = Number(response.headers.get("Content-Length")) || 0;
+      if (!response.body || !response.body.getReader) { return response.arrayBuffer(); }
+      var reader = response.body.getReader(), chunks = [], received = 0;
+      function pump() {
+        return reader.read().then(function (step) {
+          if (step.done) {
+            var all = new Uint8Array(received), at = 0;
+            chunks.forEach(function (chunk) { all.set(chunk, at); at += chunk.length; });
+            return all.buffer;
+          }
+          chunks.push(step.value);
+          received += step.value.length;
+          if (total) { onProgress(Math.min(1, received / total)); }
+          return pump();
+        });
+      }
+      return pump();
+    }).then(function (buffer) {
+      var length = new DataView(buffer).getUint32(0, false);
+      var index = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 4, length)));
+      var offset = 4 + length, files = {};
+      index.forEach(function (entry) {
+        files[entry.position + ":" + entry.kind] = {
+          name: entry.name, blob: new Blob([new Uint8Array(buffer, offset, entry.length)], { type: entry.type })
+        };
+        offset += entry.length;
+      });
+      if (offset !== buffer.byteLength) { throw new Error("stimuli bundle truncated"); }
+      return files;
+    });
+  }
+
+  /** A trial's {display, target} bitmaps; ``bitmapOf(kind, url)`` fetches and decodes one picture
+   *  (the Text Description target is drawn from the display image's size). */
+  function loadTrialAssets(trial, bitmapOf, onAsset) {
+    function counted(bitmap) { onAsset(); return bitmap; }
+    var display = bitmapOf("display", trial.display_url).then(counted);
+    var target = (trial.target_url ? bitmapOf("target", trial.target_url) : display.then(function (image) {
+      return textBitmap(trial.text, image.width, image.height);
+    })).then(counted);
     return Promise.all([display, target]).then(function (pair) { return { display: pair[0], target: pair[1] }; });
+  }
+
+  /** ``bitmapOf`` over the bundle's files; rejects when a file is missing or not the one expected. */
+  function bundledBitmaps(trial, files) {
+    return function (kind, url) {
+      var file = files[trial.position + ":" + kind];
+      if (!file || url.slice(-file.name.length) !== file.name) { return Promise.reject(new Error("bundle lacks " + url)); }
+      return decodeBlob(file.blob);
+    };
   }
 
   // ------------------------------------------------------------------------------------------------
@@ -547,10 +591,25 @@
       $("loading-text").textContent = interpolate(gettext("Loading images… %(done)s of %(total)s"),
         { done: loaded, total: totalAssets }, true);
     }
+    function onBytes(fraction) {
+      $("progress-bar").style.width = Math.round(100 * fraction) + "%";
+      $("loading-text").textContent = interpolate(gettext("Loading images… %(percent)s%"),
+        { percent: Math.round(100 * fraction) }, true);
+    }
+    function loadAll(bitmapsFor, counter) {
+      return Promise.all(queue.map(function (trial) {
+        return loadTrialAssets(trial, bitmapsFor(trial), counter).then(function (pair) { assets[trial.position] = pair; });
+      }));
+    }
+    function loadEach() {
+      loaded = 0;
+      return loadAll(function () { return function (kind, url) { return loadBitmap(url); }; }, onAsset);
+    }
     var refresh = measureRefresh(60);
-    var loading = Promise.all(queue.map(function (trial) {
-      return loadTrialAssets(trial, onAsset).then(function (pair) { assets[trial.position] = pair; });
-    }));
+    // One request for the whole batch (progress by bytes); should it fail in any way, the per-file URLs.
+    var loading = !payload.bundle_url ? loadEach() : fetchBundle(payload.bundle_url, onBytes).then(function (files) {
+      return loadAll(function (trial) { return bundledBitmaps(trial, files); }, function () {});
+    }).catch(loadEach);
     Promise.all([loading, refresh]).then(function () {
       if (!PREVIEW) { reportClient(); }
       $("loading-text").textContent = gettext("Ready.");

@@ -281,6 +281,29 @@ def test_failing_requests_still_store_every_click_exactly_once(chromium, player_
     ) == list(range(10))
 
 
+def test_pictures_come_in_one_request_and_per_file_when_that_fails(chromium, player_server, tmp_path):
+    study = _study(tmp_path, n_images=6, batch_size=3)
+    for bundle_fails in (False, True):
+        context = _context(chromium, "desktop")
+        page = context.new_page()
+        requested = []
+        page.on("request", lambda request, seen=requested: seen.append(request.url))
+        if bundle_fails:
+            page.route("**/api/annotator/*/stimuli/*.bin", lambda route: route.abort("connectionreset"))
+        url = open_player(page, entry_url(player_server.url, study))
+        wait_start_enabled(page)
+        bundles = [u for u in requested if "/stimuli/" in u and u.endswith(".bin")]
+        singles = [u for u in requested if "/stimulus/" in u]
+        assert len(bundles) >= 1
+        assert len(singles) == (6 if bundle_fails else 0), (bundle_fails, singles)
+        press_start(page)
+        for position in range(3):
+            play_trial(page, position, PLANS[position], touch=False, blocked_in=())
+        wait_finished(page)
+        context.close()
+        assert Click.objects.filter(trial__session=_session_of(url)).count() == 3
+
+
 def test_viewport_change_and_focus_loss_flag_the_trial(chromium, player_server, tmp_path):
     study = _study(tmp_path, n_images=3, batch_size=3, image_ms=600, target_ms=600, blocked_ms=600)
     context = _context(chromium, "desktop")

@@ -108,6 +108,24 @@ def test_player_page_has_stimulus_urls_and_never_a_mask(client, study):
 
 
 @pytest.mark.django_db
+def test_player_page_and_catalogue_are_compressed_for_slow_networks(client, study):
+    """Every byte before START counts on a slow phone network: the page and its translation catalogue go
+    out gzip-compressed to a browser that accepts it, and plain to one that does not."""
+    import gzip
+
+    session, token = _session(study)
+    url = reverse("annotation_ui:player", kwargs={"token": token})
+    plain = client.get(url)
+    packed = client.get(url, HTTP_ACCEPT_ENCODING="gzip, deflate")
+    assert "Content-Encoding" not in plain
+    assert packed["Content-Encoding"] == "gzip" and "Accept-Encoding" in packed["Vary"]
+    html = gzip.decompress(packed.content)
+    assert b'id="player-payload"' in html and len(packed.content) < len(plain.content) / 2
+    catalogue = client.get(reverse("annotation_ui:jsi18n"), HTTP_ACCEPT_ENCODING="gzip")
+    assert catalogue["Content-Encoding"] == "gzip" and b"gettext" in gzip.decompress(catalogue.content)
+
+
+@pytest.mark.django_db
 def test_stimuli_are_served_only_to_the_session_holding_the_trial(client, study):
     session, token = _session(study)
     other, other_token = _session(study)
@@ -124,6 +142,45 @@ def test_stimuli_are_served_only_to_the_session_holding_the_trial(client, study)
     assert client.get(trial["display_url"].replace(token, token[:-2] + "xx")).status_code == 404
     assert client.get(trial["target_url"].replace("/target/", "/mask/")).status_code == 404
     assert client.get(trial["display_url"][:-10] + "0000.webp").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_batch_bundle_holds_exactly_the_per_file_stimuli_and_only_for_its_session(client, study):
+    session, token = _session(study)
+    other, other_token = _session(study)
+    page = client.get(reverse("annotation_ui:player", kwargs={"token": token}))
+    payload = _payload(page)
+    bundle_url = payload["bundle_url"]
+    assert bundle_url.startswith(f"/api/annotator/{token}/stimuli/") and bundle_url.endswith(".bin")
+    # The page preloads the bundle, not the twenty files.
+    assert page.content.count(b'rel="preload"') == 1 and bundle_url.encode() in page.content
+
+    response = client.get(bundle_url)
+    assert response.status_code == 200 and response["Cache-Control"] == "private, max-age=31536000, immutable"
+    body = b"".join(response.streaming_content)
+    assert int(response["Content-Length"]) == len(body)
+    length = int.from_bytes(body[:4], "big")
+    index = json.loads(body[4 : 4 + length])
+    offset = 4 + length
+    expected = []
+    for trial in payload["trials"]:
+        expected += [(trial["position"], "display", trial["display_url"])]
+        expected += [(trial["position"], "target", trial["target_url"])]
+    assert [(e["position"], e["kind"]) for e in index] == [(p, k) for p, k, _ in expected]
+    for entry, (_, _, url) in zip(index, expected, strict=True):
+        single = b"".join(client.get(url).streaming_content)
+        assert url.endswith(entry["name"]) and entry["type"] == "image/webp"
+        assert body[offset : offset + entry["length"]] == single
+        offset += entry["length"]
+    assert offset == len(body)
+
+    # Another session's token, a forged token, a stale digest: nothing.
+    assert client.get(bundle_url.replace(token, other_token)).status_code == 404
+    assert client.get(bundle_url.replace(token, token[:-2] + "xx")).status_code == 404
+    assert client.get(bundle_url[:-8] + "0000.bin").status_code == 404
+    # A finished or expired batch serves no pictures any more.
+    Session.objects.filter(pk=session.pk).update(status=Session.Status.EXPIRED)
+    assert client.get(bundle_url).status_code == 404
 
 
 @pytest.mark.django_db
