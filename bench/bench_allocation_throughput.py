@@ -2,7 +2,7 @@
 
 Each figure is printed with its ratio against a baseline measured in the same run:
 
-* starts: ``session_start`` (row locks, SKIP LOCKED) vs a naive allocation that reads the round's targets
+* starts: ``session_start`` (worker and round row locks, targets locked in id order) vs a naive allocation that reads the round's targets
   into Python, sorts them and saves each chosen row (no locks: it can over-allocate, and we count how
   often it did);
 * validations: ``session_validate`` (one transaction, windowed distance, bulk writes) vs a per-click ORM

@@ -10,13 +10,17 @@ never handed out beyond its quota plus the sessions in flight.
 
 Concurrency:
 
-* PostgreSQL: candidate targets are read with ``SELECT ... FOR UPDATE SKIP LOCKED`` (rows only, not the
-  joined instances), so concurrent session starts take disjoint targets without waiting on one another, and
-  the quota test in the WHERE clause is re-checked on the locked, latest row version (READ COMMITTED). The
-  worker row is locked first (plain ``FOR UPDATE``) so two starts by the same worker serialise and cannot
-  both pick an image the other is about to show. Each pass locks only as many rows as are still needed;
-  when every remaining candidate is locked by concurrent starts, the start looks again a few times over
-  about 1.5 s instead of waiting on their locks (waiting could deadlock) or refusing the worker early.
+* PostgreSQL: starts of one round take turns on the round's row (``FOR NO KEY UPDATE``), the lock that
+  validations of the round take before they change its counters. A start therefore reads the counters
+  every earlier start and validation committed, picks its targets without racing anyone, and never refuses
+  a worker because the rows it wanted were held by a concurrent start (an earlier design took disjoint rows
+  with ``SKIP LOCKED`` and, finding only locked ones, retried for a bounded time: under a burst of starts
+  it told workers "nothing left" while targets remained). Expiry, which lowers ``inflight`` without the
+  round lock, can only make a target more available. The chosen targets are locked in id order before
+  their counters change, the order expiry and validation lock them in, so no two of these wait on each
+  other in a cycle. The worker row is locked first, so two starts by the same worker serialise and cannot
+  both pick an image the other is about to show. Lock modes are ``NO KEY UPDATE`` throughout, which leave
+  the foreign-key checks of concurrent inserts alone (docs/architecture.md).
 * SQLite (embedded default): ``FOR UPDATE`` does not exist and Django drops it; the database is configured
   with ``transaction_mode=IMMEDIATE`` (config/settings.py), so every write transaction takes the database
   write lock at BEGIN and allocations run one after another. The same code is therefore correct there.
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 
 from django.db import transaction
 from django.db.models import F, IntegerField, Value
@@ -44,11 +47,6 @@ from collector.models import Round, Session, Target, Trial, Worker
 from collector.models.sessions import Device
 
 logger = logging.getLogger(__name__)
-
-#: When every remaining candidate is locked by concurrent starts, look again this many times, sleeping
-#: ``LOCKED_RETRY_SLEEP_S * attempt`` (at most 0.1 s) in between: about 1.5 s in all.
-LOCKED_RETRIES = 20
-LOCKED_RETRY_SLEEP_S = 0.01
 
 
 class AllocationError(ValueError):
@@ -80,7 +78,12 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
         raise AllocationError(f"round {round.number} of study {study.pk} is {round.state}, not open.")
 
     # Serialise starts of the same worker: the seen-images check below must see the other start's trials.
-    Worker.objects.select_for_update().filter(pk=worker.pk).first()
+    Worker.objects.select_for_update(no_key=True).filter(pk=worker.pk).first()
+    # Then take this round's turn (see the module docstring); the round may have closed meanwhile.
+    state = Round.objects.select_for_update(no_key=True).filter(pk=round.pk).values_list("state", flat=True)
+    if state.first() != Round.State.OPEN:
+        logger.info("allocation found the round closed", extra={"study_id": study.pk, "round_id": round.pk})
+        return []
     seen_images = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
         "target__instance__image_id"
     )
@@ -94,44 +97,44 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
         .filter(deficit__gt=0)
         .exclude(instance__image_id__in=seen_images)
         .order_by("-deficit", "id")
+        .values_list("id", "instance__image_id")
     )
-
-    chosen: list[Target] = []
+    chosen_ids: list[int] = []
     chosen_images: set[int] = set()
-    examined: set[int] = set()
-    waits = 0
-    while len(chosen) < count:
-        remaining = candidates.exclude(pk__in=examined).exclude(instance__image_id__in=chosen_images)
-        # Lock only as many rows as still needed: every row locked here is invisible to concurrent starts.
-        rows = list(
-            remaining.select_related("instance").select_for_update(skip_locked=True, of=("self",))[
-                : count - len(chosen)
-            ]
-        )
-        for target in rows:
-            examined.add(target.pk)
-            if target.instance.image_id in chosen_images:
-                continue  # another object of an image already in the batch; try further rows
-            chosen.append(target)
-            chosen_images.add(target.instance.image_id)
-        if rows:
-            continue
-        # Nothing unlocked is left, but concurrent starts may hold candidates they will not all take (or
-        # that keep quota after their commit). Never wait on their locks (two starts could deadlock):
-        # look again shortly, a bounded number of times.
-        if waits >= LOCKED_RETRIES or not remaining.exists():
+    page, offset = 4 * count, 0
+    while len(chosen_ids) < count:
+        rows = list(candidates[offset : offset + page])
+        for target_id, image_id in rows:
+            if image_id in chosen_images:
+                continue  # another object of an image already in the batch
+            chosen_ids.append(target_id)
+            chosen_images.add(image_id)
+            if len(chosen_ids) == count:
+                break
+        if len(rows) < page:
             break
-        waits += 1
-        time.sleep(min(LOCKED_RETRY_SLEEP_S * waits, 0.1))
+        offset += page
 
-    if len(chosen) < min(count, study.min_batch_size) or not chosen:
+    if len(chosen_ids) < min(count, study.min_batch_size) or not chosen_ids:
         logger.info(
             "allocation found too few targets",
-            extra={"study_id": study.pk, "round_id": round.pk, "worker_id": worker.pk, "found": len(chosen)},
+            extra={
+                "study_id": study.pk,
+                "round_id": round.pk,
+                "worker_id": worker.pk,
+                "found": len(chosen_ids),
+            },
         )
         return []
 
-    Target.objects.filter(pk__in=[t.pk for t in chosen]).update(**{inflight_field: F(inflight_field) + 1})
+    # In id order, like inflight_release and expiry (no lock cycle), then take one slot each.
+    chosen = list(
+        Target.objects.select_related("instance")
+        .select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=chosen_ids)
+        .order_by("pk")
+    )
+    Target.objects.filter(pk__in=chosen_ids).update(**{inflight_field: F(inflight_field) + 1})
     for target in chosen:
         setattr(target, inflight_field, getattr(target, inflight_field) + 1)
     random.shuffle(chosen)
@@ -154,7 +157,12 @@ def inflight_release(*, target_ids: list[int], device: str) -> None:
     for target_id, amount in per_target.items():
         by_amount.setdefault(amount, []).append(target_id)
     # Lock in id order, so transactions that release several targets never wait on each other in a cycle.
-    list(Target.objects.select_for_update().filter(pk__in=list(per_target)).order_by("pk").values_list("pk"))
+    list(
+        Target.objects.select_for_update(no_key=True)
+        .filter(pk__in=list(per_target))
+        .order_by("pk")
+        .values_list("pk")
+    )
     for amount, ids in by_amount.items():
         # Clamped at zero: a counter below ``amount`` can only come from a manual edit; never wrap it.
         Target.objects.filter(pk__in=ids).update(**{field: Greatest(F(field) - amount, Value(0))})
@@ -173,7 +181,7 @@ def sessions_expire(*, now=None, batch_size: int = 200) -> int:
             sessions = list(
                 Session.objects.filter(status=Session.Status.STARTED, expires_at__lte=now)
                 .order_by("pk")
-                .select_for_update(skip_locked=True)[:batch_size]
+                .select_for_update(skip_locked=True, no_key=True)[:batch_size]
             )
             if not sessions:
                 return expired

@@ -284,7 +284,7 @@ def _apply_bonus(*, adapter, submission: PlatformSubmission) -> None:
 def _submission_process(*, adapter, campaign: PlatformCampaign, submission_id: int, report: dict) -> None:
     with transaction.atomic():
         submission = (
-            PlatformSubmission.objects.select_for_update()
+            PlatformSubmission.objects.select_for_update(no_key=True, of=("self",))
             .select_related("pool__campaign__study")
             .get(pk=submission_id)
         )

@@ -449,7 +449,7 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
                 )
             )
         with transaction.atomic():
-            Study.objects.select_for_update().get(pk=study.pk)
+            Study.objects.select_for_update(no_key=True).get(pk=study.pk)
             existing = Round.objects.filter(study=study, number=number).first()
             if existing is None:
                 # A round without targets is closed at once: there is nothing to click in it.

@@ -37,7 +37,12 @@ def round_close_if_full(*, round_id: int) -> Round | None:
     allows another round (``round.number < study.max_rounds``) the build of the next round is sent after
     commit, by name, with args ``[round_id]``.
     """
-    round_ = Round.objects.select_for_update().select_related("study").filter(pk=round_id).first()
+    round_ = (
+        Round.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("study")
+        .filter(pk=round_id)
+        .first()
+    )
     if round_ is None or round_.state != Round.State.OPEN or not round_is_full(round=round_):
         return None
     round_.state = Round.State.CLOSED

@@ -111,7 +111,7 @@ def session_start(
 
     with transaction.atomic():
         # Serialise starts of the same worker, so a double-clicked entry link opens one session, not two.
-        Worker.objects.select_for_update().filter(pk=worker.pk).first()
+        Worker.objects.select_for_update(no_key=True).filter(pk=worker.pk).first()
         existing = _resumable_session(
             study=study, worker=worker, platform_assignment_id=platform_assignment_id
         )
@@ -283,7 +283,7 @@ def click_record(
     refresh = _optional_finite("refresh_hz", refresh_hz)
 
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(pk=session.pk)
+        locked = Session.objects.select_for_update(no_key=True).get(pk=session.pk)
         if locked.status != Session.Status.STARTED:
             raise ClickRefused(f"session {locked.pk} is {locked.status}; it takes no more clicks.")
         if locked.expires_at <= timezone.now():
@@ -346,7 +346,7 @@ def session_finish(*, session_id: int) -> Session:
     when the session expired.
     """
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(pk=session_id)
+        session = Session.objects.select_for_update(no_key=True).get(pk=session_id)
         if session.status == Session.Status.FINISHED:
             return session
         if session.status != Session.Status.STARTED:

@@ -52,7 +52,7 @@ def round_create_first(*, study: Study) -> Round:
 def study_publish(*, study_id: int) -> Study:
     """draft → published (creating round 1 and enqueueing its stimuli), or paused → published."""
     with transaction.atomic():
-        study = Study.objects.select_for_update().get(pk=study_id)
+        study = Study.objects.select_for_update(no_key=True).get(pk=study_id)
         if study.state == Study.State.PUBLISHED:
             return study
         if study.state == Study.State.CLOSED:
@@ -73,7 +73,7 @@ def study_publish(*, study_id: int) -> Study:
 
 def study_pause(*, study_id: int) -> Study:
     with transaction.atomic():
-        study = Study.objects.select_for_update().get(pk=study_id)
+        study = Study.objects.select_for_update(no_key=True).get(pk=study_id)
         if study.state != Study.State.PUBLISHED:
             raise StudyStateError(f"study {study.pk} is {study.state}; only a published study can be paused.")
         study.state = Study.State.PAUSED
@@ -83,7 +83,7 @@ def study_pause(*, study_id: int) -> Study:
 
 def study_close(*, study_id: int) -> Study:
     with transaction.atomic():
-        study = Study.objects.select_for_update().get(pk=study_id)
+        study = Study.objects.select_for_update(no_key=True).get(pk=study_id)
         if study.state != Study.State.CLOSED:
             study.state = Study.State.CLOSED
             study.closed_at = timezone.now()

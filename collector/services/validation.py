@@ -229,7 +229,12 @@ def session_validate(*, session_id: int) -> Session | None:
     Raises ValidationError when a mask file is missing (nothing is written; the task retries).
     """
     with transaction.atomic():
-        session = Session.objects.select_for_update().select_related("study").filter(pk=session_id).first()
+        session = (
+            Session.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("study")
+            .filter(pk=session_id)
+            .first()
+        )
         if session is None:
             logger.warning("validation of a missing session", extra={"session_id": session_id})
             return None
@@ -287,7 +292,7 @@ def session_validate(*, session_id: int) -> Session | None:
         # Validations of one round take the round's lock before touching counters: target rows are then
         # always locked by one validation at a time (no deadlock between validations), and the fullness
         # check below sees every earlier validation's committed counters.
-        Round.objects.select_for_update().filter(pk=session.round_id).first()
+        Round.objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
         inflight_release(target_ids=[trial.target_id for trial in trials], device=session.device)
         if counted and valid_target_ids:
             field = f"valid_{session.device}"

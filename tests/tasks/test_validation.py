@@ -4,17 +4,16 @@ middle of a validation leaves nothing half-applied and, restarted, gives exactly
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections import Counter
 
 import pytest
-from django.db import connection, transaction
 
 from collector.models import Click, Round, Session, Target
 from collector.services.validation import validations_requeue
 from tests.factories import make_rect_dataset, make_study, make_validated_batch
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
+from tests.support.db_locks import RowLock, waiting_on_a_lock
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -47,45 +46,6 @@ def test_finishing_a_session_gets_it_validated_by_the_worker(tmp_path, worker):
     ) == sorted([(1, 0)] * 8 + [(0, 0)] * 2)
 
 
-class _RoundLock:
-    """Holds the round's row lock (PostgreSQL) or the database write lock (SQLite, IMMEDIATE transactions)
-    from another connection, so a validation that reaches it waits there, mid-task."""
-
-    def __init__(self, round_id: int):
-        self.round_id = round_id
-        self.held = threading.Event()
-        self.release = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        try:
-            with transaction.atomic():
-                Round.objects.select_for_update().filter(pk=self.round_id).first()
-                self.held.set()
-                self.release.wait(timeout=120)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.held.wait(timeout=30), "could not take the round lock"
-        return self
-
-    def __exit__(self, *exc):
-        self.release.set()
-        self.thread.join(timeout=60)
-
-
-def _waiting_on_a_lock() -> bool:
-    if connection.vendor != "postgresql":
-        return True  # SQLite: the worker waits at BEGIN IMMEDIATE; nothing to observe from outside
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0] > 0
-
-
 def test_worker_killed_mid_validation_leaves_no_half_result_and_the_task_runs_again(tmp_path, worker):
     quota = 50
     study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True, quota_pc=quota)
@@ -106,7 +66,7 @@ def test_worker_killed_mid_validation_leaves_no_half_result_and_the_task_runs_ag
     killed = [make_validated_batch(study, valid_positions=p, validate=False) for p in plans_killed]
     killed_ids = [s.pk for s in killed]
 
-    with _RoundLock(round_1.pk):
+    with RowLock(Round, round_1.pk):
         # 3. The worker takes a validation and stops inside it, at the round lock (PostgreSQL: after it has
         #    already written the clicks and the session row in its transaction).
         worker.start()
@@ -115,7 +75,7 @@ def test_worker_killed_mid_validation_leaves_no_half_result_and_the_task_runs_ag
             timeout_s=60,
             what="the worker to take a validation",
         )
-        wait_until(_waiting_on_a_lock, timeout_s=30, what="the validation to wait on the round lock")
+        wait_until(waiting_on_a_lock, timeout_s=30, what="the validation to wait on the round lock")
         time.sleep(0.5)
         worker.kill()
 

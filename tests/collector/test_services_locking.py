@@ -1,0 +1,105 @@
+"""Lock order between the writers of one round: a session start never waits on a validation that is
+itself waiting (the deadlock CI once hit: the validation held the study and round rows with FOR UPDATE,
+the start's inserts of a session of that study and round need FOR KEY SHARE on them, and the validation
+then waited on the start's targets)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from collector.models import Round, Session, Study, Target
+from collector.services.sessions import session_start
+from collector.services.validation import session_validate
+from tests.factories import make_rect_dataset, make_study, make_validated_batch, make_worker
+from tests.support.celery_worker import purge_queues, wait_until
+from tests.support.db_locks import RowLock, waiting_on_a_lock
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _locked_elsewhere(model, pk: int) -> bool:
+    """Whether another connection holds a lock on ``model``'s row ``pk`` that a writer of the row waits on."""
+    try:
+        with transaction.atomic():
+            model.objects.select_for_update(no_key=True, nowait=True).filter(pk=pk).first()
+    except DatabaseError:
+        return True
+    return False
+
+
+class _InThread:
+    """Runs ``fn`` on a connection of its own; ``result`` or ``error`` once it has returned."""
+
+    def __init__(self, fn):
+        self.fn, self.result, self.error = fn, None, None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.result = self.fn()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            connection.close()
+
+    def join(self):
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), f"{self.fn} still runs after 60 s"
+        assert self.error is None, self.error
+        return self.result
+
+
+def test_a_start_waits_for_a_validation_of_its_round_then_goes_through(tmp_path):
+    study = make_study(make_rect_dataset(tmp_path, n_images=20), publish=True, quota_pc=3)
+    finished = make_validated_batch(study, validate=False)
+    purge_queues()  # its validation message: this test validates in-process
+    targets = sorted(finished.trials.values_list("target_id", flat=True))
+
+    # The validation stops at the first target it releases: it has locked the session, judged the clicks
+    # and taken the round's turn by then.
+    with RowLock(Target, targets[0]):
+        validation = _InThread(lambda: session_validate(session_id=finished.pk))
+        wait_until(waiting_on_a_lock, timeout_s=30, what="the validation to wait on the target lock")
+        if connection.vendor == "postgresql":
+            assert _locked_elsewhere(Round, finished.round_id), "the validation should hold the round by now"
+            assert not _locked_elsewhere(Study, study.pk), "a validation must not lock its study's row"
+        start = _InThread(lambda: session_start(study=study, worker=make_worker(), device="pc"))
+        time.sleep(0.5)
+        assert start.thread.is_alive(), "the start should wait for the round's turn"
+    validation.join()
+    started = start.join()
+
+    assert started.trials.count() == 10
+    assert not set(started.trials.values_list("target_id", flat=True)) & set(targets)
+    finished.refresh_from_db()
+    assert (finished.validity, finished.valid_clicks) == ("counted", 10)
+    counters = Target.objects.filter(pk__in=targets).values_list("pk", "valid_pc", "inflight_pc")
+    assert {pk: (valid, inflight) for pk, valid, inflight in counters} == {pk: (1, 0) for pk in targets}
+    assert Session.objects.filter(study=study).count() == 2
+
+
+def test_starts_and_validations_of_one_round_at_once_never_deadlock(tmp_path):
+    """The situation of the deadlock CI hit, many times over: batches validated while other workers start
+    theirs, all released at the same moment."""
+    study = make_study(make_rect_dataset(tmp_path, n_images=12), publish=True, quota_pc=100)
+    for attempt in range(5):
+        finished = [make_validated_batch(study, validate=False) for _ in range(4)]
+        purge_queues()
+        workers = [make_worker() for _ in range(4)]
+        barrier = threading.Barrier(len(finished) + len(workers))
+
+        def after_barrier(fn, barrier=barrier):
+            return lambda: (barrier.wait(timeout=30), fn())[1]
+
+        calls = [after_barrier(lambda s=s: session_validate(session_id=s.pk)) for s in finished] + [
+            after_barrier(lambda w=w: session_start(study=study, worker=w, device="pc")) for w in workers
+        ]
+        running = [_InThread(call) for call in calls]
+        results = [call.join() for call in running]  # re-raises a deadlock or any other error
+        assert [r.validity for r in results[: len(finished)]] == ["counted"] * len(finished), attempt
+        assert [r.trials.count() for r in results[len(finished) :]] == [10] * len(workers), attempt
