@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from collector.models import Click, Session, Study, Trial, Worker
+from collector.models import Click, Round, Session, Study, Trial, Worker
 from collector.services.codes import completion_code_make
 from collector.services.studies import study_open_round
 from config.celery import app as celery_app
@@ -33,6 +33,9 @@ MAX_KEY_LENGTH = 64
 MAX_FLAGS = 20
 MAX_PHASE_KEYS = 20
 MAX_CLIENT_INFO_BYTES = 8000
+NO_ROUND_MESSAGE = (
+    "There are no tasks available right now (the current round is complete). Please try again later."
+)
 
 
 class SessionStartRefused(Exception):
@@ -119,10 +122,10 @@ def session_start(
             return existing
         open_round = study_open_round(study=study)
         if open_round is None:
-            raise SessionStartRefused(
-                "There are no tasks available right now (the current round is complete). Please try again later."
-            )
+            raise SessionStartRefused(NO_ROUND_MESSAGE)
         targets = allocate_targets(round=open_round, worker=worker, device=device, count=study.batch_size)
+        if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
+            raise SessionStartRefused(NO_ROUND_MESSAGE)  # closed by a validation while this start waited
         if not targets:
             raise SessionStartRefused(
                 "There are no images left for you in this study. Thank you for your interest!"

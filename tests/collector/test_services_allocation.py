@@ -252,3 +252,14 @@ def test_concurrent_starts_are_not_refused_while_targets_remain(tmp_path):
     assert not errors, errors
     assert sizes == [10] * 8
     assert sum(Target.objects.filter(round__study=study).values_list("inflight_pc", flat=True)) == 80
+
+
+def test_a_round_closed_while_a_start_waited_gives_no_targets(tmp_path):
+    """A start reads the open round, then waits its turn on the round's row; the validation it waited for
+    may have closed the round. It then takes nothing, and the worker hears that the round is complete."""
+    study = make_study(make_dataset(tmp_path, n_images=5), publish=True, batch_size=5)
+    seen_open = _open_round(study)
+    Round.objects.filter(pk=seen_open.pk).update(state=Round.State.CLOSED)
+    with transaction.atomic():
+        assert allocate_targets(round=seen_open, worker=make_worker(), device="pc", count=5) == []
+    assert Target.objects.filter(inflight_pc__gt=0).count() == 0

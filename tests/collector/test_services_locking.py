@@ -1,7 +1,7 @@
-"""Lock order between the writers of one round: a session start never waits on a validation that is
-itself waiting (the deadlock CI once hit: the validation held the study and round rows with FOR UPDATE,
-the start's inserts of a session of that study and round need FOR KEY SHARE on them, and the validation
-then waited on the start's targets)."""
+"""Lock order between the writers of one round: session starts and validations take turns on the round's
+row and never wait on each other in a cycle. (The deadlock CI once hit: a validation held its study and
+round rows with FOR UPDATE; a concurrent start held its targets and, inserting a session of that study and
+round, needed FOR KEY SHARE on both rows, while the validation waited on the start's targets.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from collector.models import Round, Session, Study, Target
-from collector.services.sessions import session_start
+from collector.services.sessions import NO_ROUND_MESSAGE, SessionStartRefused, session_start
 from collector.services.validation import session_validate
 from tests.factories import make_rect_dataset, make_study, make_validated_batch, make_worker
 from tests.support.celery_worker import purge_queues, wait_until
@@ -103,3 +103,20 @@ def test_starts_and_validations_of_one_round_at_once_never_deadlock(tmp_path):
         results = [call.join() for call in running]  # re-raises a deadlock or any other error
         assert [r.validity for r in results[: len(finished)]] == ["counted"] * len(finished), attempt
         assert [r.trials.count() for r in results[len(finished) :]] == [10] * len(workers), attempt
+
+
+def test_a_start_that_waited_for_the_validation_closing_the_round_is_told_the_round_is_complete(tmp_path):
+    study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True)
+    round_1 = study.rounds.get(number=1)
+
+    def close_round():
+        Round.objects.filter(pk=round_1.pk).update(state=Round.State.CLOSED)
+
+    with RowLock(Round, round_1.pk, before_commit=close_round):
+        start = _InThread(lambda: session_start(study=study, worker=make_worker(), device="pc"))
+        wait_until(waiting_on_a_lock, timeout_s=30, what="the start to wait for the round's turn")
+    start.thread.join(timeout=60)
+    assert isinstance(start.error, SessionStartRefused), start.error
+    assert str(start.error) == NO_ROUND_MESSAGE
+    assert Session.objects.filter(study=study).count() == 0
+    assert Target.objects.filter(round=round_1, inflight_pc__gt=0).count() == 0

@@ -10,10 +10,10 @@ from django.db import connection, transaction
 class RowLock:
     """Holds ``model``'s row ``pk`` locked (PostgreSQL: ``FOR NO KEY UPDATE``, which blocks every writer of
     the row; SQLite: the database write lock, as IMMEDIATE transactions take it at BEGIN) on a connection
-    of its own until the ``with`` block ends."""
+    of its own until the ``with`` block ends; ``before_commit()``, if given, then runs in that transaction."""
 
-    def __init__(self, model, pk: int):
-        self.model, self.pk = model, pk
+    def __init__(self, model, pk: int, *, before_commit=None):
+        self.model, self.pk, self.before_commit = model, pk, before_commit
         self.held = threading.Event()
         self.release = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -24,6 +24,8 @@ class RowLock:
                 self.model.objects.select_for_update(no_key=True).filter(pk=self.pk).first()
                 self.held.set()
                 self.release.wait(timeout=120)
+                if self.before_commit is not None:
+                    self.before_commit()
         finally:
             connection.close()
 
