@@ -56,52 +56,43 @@ def finish_payload(session: Session) -> dict | None:
     return get_adapter(session.study.platform).finish_action(session=session).as_dict()
 
 
-def _stimulus_entries(*, position: int, stimuli: dict) -> list[dict]:
-    return [
-        {"position": position, "kind": kind, "name": stimuli[kind]["name"]}
-        for kind in ("display", "target")
-        if stimuli.get(kind)
-    ]
-
-
-def _entries_digest(entries: list[dict]) -> str:
+def _stimuli_manifest(trials) -> tuple[list[dict], str]:
+    """Every stimulus file of ``trials`` (in play order), ``[{position, kind, name}]``, and a digest of
+    that list."""
+    entries = []
+    for trial in trials:
+        stimuli = target_stimuli_ensure(target=trial.target)
+        entries += [
+            {"position": trial.position, "kind": kind, "name": stimuli[kind]["name"]}
+            for kind in ("display", "target")
+            if stimuli.get(kind)
+        ]
     listing = ";".join(f"{e['position']}:{e['kind']}:{e['name']}" for e in entries)
-    return hashlib.sha256(listing.encode()).hexdigest()[:20]
+    return entries, hashlib.sha256(listing.encode()).hexdigest()[:20]
 
 
 def session_stimuli_manifest(*, session: Session) -> tuple[list[dict], str]:
-    """Every stimulus file of the session's trials in play order, ``[{position, kind, name}]``, and a
-    digest of that list. The digest names the session's one-request stimulus bundle, so the bundle can be
-    cached for good: a reload mid-batch gets the same URL and the browser's copy."""
-    trials = session.trials.select_related("target__instance__image", "target__round__study").order_by(
-        "position"
+    """The session's stimulus files and their digest. The digest names the session's one-request stimulus
+    bundle, so the bundle can be cached for good: a reload mid-batch gets the same URL and the browser's
+    copy (the list covers every trial, done or not, for that reason)."""
+    return _stimuli_manifest(
+        session.trials.select_related("target__instance__image", "target__round__study").order_by("position")
     )
-    entries = [
-        entry
-        for trial in trials
-        for entry in _stimulus_entries(
-            position=trial.position, stimuli=target_stimuli_ensure(target=trial.target)
-        )
-    ]
-    return entries, _entries_digest(entries)
 
 
 def session_payload(*, session: Session, token: str) -> dict:
     """The player's whole state: timing, API URLs, and per trial ``done`` plus (if not done) stimuli."""
     study = session.study
-    trials = (
-        session.trials.select_related("target__instance__image", "target__round__study", "click")
-        .order_by("position")
-        .all()
+    trials = list(
+        session.trials.select_related("target__instance__image", "target__round__study", "click").order_by(
+            "position"
+        )
     )
     running = session.status == Session.Status.STARTED
-    items, entries = [], []
+    items = []
     for trial in trials:
         done = hasattr(trial, "click")
         item = {"position": trial.position, "done": done}
-        if running:  # the bundle lists every trial's files, so a reload keeps its URL
-            stimuli = target_stimuli_ensure(target=trial.target)
-            entries += _stimulus_entries(position=trial.position, stimuli=stimuli)
         if not done and running:
 
             def url_for(kind, name, position=trial.position):
@@ -126,7 +117,8 @@ def session_payload(*, session: Session, token: str) -> dict:
         "trials": items,
         "bundle_url": (
             reverse(
-                "annotation_ui:stimuli_bundle", kwargs={"token": token, "digest": _entries_digest(entries)}
+                "annotation_ui:stimuli_bundle",
+                kwargs={"token": token, "digest": _stimuli_manifest(trials)[1]},
             )
             if running and not all(item["done"] for item in items)
             else None

@@ -80,8 +80,13 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
     # Serialise starts of the same worker: the seen-images check below must see the other start's trials.
     Worker.objects.select_for_update(no_key=True).filter(pk=worker.pk).first()
     # Then take this round's turn (see the module docstring); the round may have closed meanwhile.
-    state = Round.objects.select_for_update(no_key=True).filter(pk=round.pk).values_list("state", flat=True)
-    if state.first() != Round.State.OPEN:
+    round_state = (
+        Round.objects.select_for_update(no_key=True)
+        .filter(pk=round.pk)
+        .values_list("state", flat=True)
+        .first()
+    )
+    if round_state != Round.State.OPEN:
         logger.info("allocation found the round closed", extra={"study_id": study.pk, "round_id": round.pk})
         return []
     seen_images = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
