@@ -1,4 +1,5 @@
 # Clicklab: two commands. `make demo` runs the app with a demo study; `make test` runs the whole suite.
+# `make lock` re-resolves the dependency locks after a pin changes.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,26 +7,57 @@ PIP := $(PY) -m pip
 # PostgreSQL and Redis used by the test suite (CI and developer machines run both on loopback).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/clicklab_ci
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
+# Where `make demo` serves: `make demo PORT=8001`, `make demo HOST=0.0.0.0` (every interface, so a phone on the
+# same network can open the links; the command warns). Plain `=` so only the command line sets them: a shell's
+# own HOST variable (zsh exports the machine name) must not move the demo off loopback.
+PORT = 8000
+HOST = 127.0.0.1
 
-.PHONY: demo test lint test-services test-embedded install install-test chromium clean
+.PHONY: demo prod bench-faults test lint test-js test-services test-embedded install install-test chromium clean lock
 
-$(VENV)/.installed: requirements.txt
+# Installs come from the locks (every package of the tree, pinned), never from the loose top-level pins.
+$(VENV)/.installed: requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -r requirements.txt
+	$(PIP) install --quiet -r requirements.lock
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
-	$(PIP) install --quiet -r requirements-test.txt
+$(VENV)/.installed-test: $(VENV)/.installed requirements-test.lock
+	$(PIP) install --quiet -r requirements-test.lock
 	touch $@
+
+# `make lock`: resolve requirements.txt (runtime) and requirements-test.txt (plus the test tools) into
+# requirements.lock and requirements-test.lock with pip-tools, in a tool venv of its own under var/. Run it
+# after changing a pin; the test lock is constrained by the runtime lock, so both name the same versions.
+LOCK_TOOLS := var/lock-tools
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_TOOLS)/bin/pip-compile --quiet --allow-unsafe \
+	--strip-extras --no-emit-index-url --no-emit-find-links
+lock:
+	test -x $(LOCK_TOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_TOOLS) && \
+		$(LOCK_TOOLS)/bin/pip install --quiet pip-tools==7.6.2; }
+	$(PIP_COMPILE) --output-file requirements.lock requirements.txt
+	$(PIP_COMPILE) --constraint requirements.lock --output-file requirements-test.lock requirements-test.txt
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 demo: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py demo
+	$(PY) manage.py demo --port $(PORT) --host $(HOST)
+
+# The production stack in the foreground (config/runner.py): migrate, collectstatic, then gunicorn, a worker per
+# queue, beat and the outbox relay against DATABASE_URL / CELERY_BROKER_URL (and SECRET_KEY) from the
+# environment. Ctrl-C stops all of them. `make prod PORT=8080`.
+prod: $(VENV)/.installed
+	$(PY) -m config.runner --host $(HOST) --port $(PORT)
+
+# Load and fault suite (bench/bench_load_faults.py), short version: 100 annotators over HTTP against the
+# production processes on throw-away PostgreSQL and Redis, with dropped requests, lost responses, worker
+# SIGKILL, broker restart, web restart and PostgreSQL restart; fails on anything lost, duplicated or a 500.
+# Not part of `make test` (it does not fit the suite's time budget). Full run: bench/bench_load_faults.py.
+bench-faults: $(VENV)/.installed-test
+	$(PY) bench/bench_load_faults.py --short
 
 chromium:
 	@test -x /usr/bin/chromium || { echo "Installing Debian's chromium for the browser tests..."; \
@@ -35,9 +67,27 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The whole suite twice: against PostgreSQL + Redis (production's services), then on the embedded
-# default (SQLite + the file-system broker). Each run uses a real Celery worker process and Chromium.
-test: $(VENV)/.installed-test chromium lint test-services test-embedded
+# The whole suite against PostgreSQL + Redis (production's services), then everything that touches the
+# database or the broker again on the embedded default (SQLite + the file-system broker). Each run uses a
+# real Celery worker process. The Django-free libraries (tests/benchmark, tests/segmenters) never see either
+# backend, so the second run leaves them out instead of repeating them; of the browser tests (the player's
+# JavaScript does not change with the backend) it keeps the ones marked `embedded_smoke`: a full batch on
+# desktop and phone and `manage.py demo` served to Chromium. Tests marked `one_backend` run in the first run only:
+# those whose subject does not change with the backend (schema fuzzing, media access, log redaction, the
+# evaluation live-server run, the corrective quality model) and the slow corrective simulation on GrabCut.
+LIBRARY_TESTS := tests/benchmark tests/segmenters
+EMBEDDED_SELECTION := (not browser or embedded_smoke) and not one_backend
+test: $(VENV)/.installed-test chromium lint test-js test-services test-embedded
+
+# The player's ES modules (static/player/): eslint and `node --test` unit tests of the pure parts, with the
+# versions pinned in package-lock.json (npm ci into node_modules/, redone when the lock file changes).
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-js: node_modules/.installed
+	npx --no-install eslint static/player tests/js eslint.config.js
+	node --test tests/js/
 
 test-services: $(VENV)/.installed-test
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CLICKLAB_VAR_DIR=$(CURDIR)/var/test-services \
@@ -45,7 +95,7 @@ test-services: $(VENV)/.installed-test
 
 test-embedded: $(VENV)/.installed-test
 	env -u DATABASE_URL -u CELERY_BROKER_URL CLICKLAB_VAR_DIR=$(CURDIR)/var/test-embedded \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest $(foreach dir,$(LIBRARY_TESTS),--ignore=$(dir)) -m "$(EMBEDDED_SELECTION)" $(PYTEST_ARGS)
 
 clean:
 	rm -rf var/test-services var/test-embedded

@@ -1,143 +1,264 @@
 """The annotator API under ``/api/annotator/<session_token>/``: JSON, CSRF-exempt, token-only, no cookies.
 
-Views parse the request, call one service and serialise: ``state`` (GET), ``client`` (POST, what the
-browser measured), ``click`` (POST, one click, idempotent), ``finish`` (POST, the completion step).
-Errors are ``{"error": message}`` with 400 (malformed), 404 (bad token), 409 (refused by the rules).
+``state`` (GET), ``client`` (POST, what the browser measured), ``click`` (POST, one click, idempotent),
+``presented`` (POST, a trial is about to be shown), ``problem`` (POST, the player reports a refusal
+it showed the annotator), ``finish`` (POST, the completion step). Each view parses the body with the bounded
+parser (``annotation_ui.parsers``), validates it with its declared serializer (``annotation_ui.serializers``)
+before any service runs, calls one service and serialises; the OpenAPI schema of these endpoints is served
+at ``/api/annotator/schema/``.
+
+Every 4xx body is ``{"error": "<the field, the value and what to do>", "field": "<dotted path>"|null, ...}``:
+400 malformed input, 404 bad token, 409 refused by the rules (with ``reason``).
 """
 
 from __future__ import annotations
 
-import json
-
-from django.http import JsonResponse
-from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from collector.models import Session
+from collector.services.presentations import PresentationRefused, trial_presented_record
 from collector.services.sessions import (
     ClickRefused,
     SessionFinishRefused,
-    click_record,
+    click_ingest,
     session_client_report,
     session_finish,
-    session_missing_positions,
+    session_problem_record,
 )
+from collector.services.tokens import TokenInvalid, session_token_read
 
+from . import serializers as contract
+from .parsers import AnnotatorJSONParser, BodyRefused
 from .payloads import finish_payload, session_payload
 from .views import session_from_token
 
-MAX_BODY_BYTES = 16_000
-CLICK_FIELDS = (
-    "position",
-    "idempotency_key",
-    "x",
-    "y",
-    "shown_width",
-    "shown_height",
-    "pointer_type",
-    "reaction_ms",
-    "event_timestamp_ms",
-    "phase_onsets_ms",
-    "blocked_clicks",
-    "flags",
-    "refresh_hz",
+TOKEN_PARAMETER = OpenApiParameter(
+    "token", OpenApiTypes.STR, OpenApiParameter.PATH, description="The session token of the task link."
 )
-REQUIRED_CLICK_FIELDS = ("position", "idempotency_key", "x", "y", "shown_width", "shown_height")
+ERRORS = {
+    400: OpenApiResponse(contract.ErrorOut, description="Malformed input; `field` names it."),
+    404: OpenApiResponse(contract.ErrorOut, description="The token is not valid."),
+}
+REFUSED = {409: OpenApiResponse(contract.ErrorOut, description="Refused by the rules; `reason` says which.")}
 
 
-class BadRequest(Exception):
-    pass
+class InputRefused(exceptions.APIException):
+    """A 4xx with the annotator API's error body."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None, status_code: int = 400, **extra):
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = {"error": message, "field": field, **extra}
 
 
-def _json_body(request) -> dict:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise BadRequest(f"request body is larger than {MAX_BODY_BYTES} bytes.")
-    try:
-        data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("request body is not valid JSON.") from None
-    if not isinstance(data, dict):
-        raise BadRequest("request body must be a JSON object.")
-    return data
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _error(message: str, status: int, **extra) -> JsonResponse:
-    response = JsonResponse({"error": message, **extra}, status=status)
-    response["Cache-Control"] = "no-store"
-    return response
+def _first_error(errors, data, path: str = "") -> tuple[str, str, object]:
+    """(dotted field path, message, offending value) of the first error of a serializer's ``errors``."""
+    if isinstance(errors, dict):
+        key, nested = next(iter(errors.items()))
+        if key == "non_field_errors":
+            return _first_error(nested, data, path)
+        if isinstance(key, int):  # a ListField's item
+            value = data[key] if isinstance(data, list) and key < len(data) else _MISSING
+            return _first_error(nested, value, f"{path}[{key}]")
+        value = data.get(key, _MISSING) if isinstance(data, dict) else _MISSING
+        return _first_error(nested, value, f"{path}.{key}" if path else str(key))
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict | list):
+        for index, nested in enumerate(errors):
+            if nested:
+                value = data[index] if isinstance(data, list) and index < len(data) else _MISSING
+                return _first_error(nested, value, f"{path}[{index}]")
+    if isinstance(errors, list):
+        return path, str(errors[0]), data
+    return path, str(errors), data
 
 
-def _ok(data: dict, status: int = 200) -> JsonResponse:
-    response = JsonResponse(data, status=status)
-    response["Cache-Control"] = "no-store"
-    return response
+_MISSING = object()
 
 
-@csrf_exempt
-@never_cache
-@require_GET
-def state(request, token: str):
-    session = session_from_token(token)
-    return _ok(session_payload(session=session, token=token))
+def _validated(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    if serializer.is_valid():
+        return serializer.validated_data
+    field, message, value = _first_error(serializer.errors, data)
+    field = field or None
+    if value is _MISSING:
+        raise InputRefused(f"{field} is missing: {message} Send it with the request.", field=field)
+    message = message if message.endswith(".") else message + "."
+    verb = "" if message.startswith(("must", "has", "holds")) else "is refused: "
+    raise InputRefused(f"{field}={_short(value)} {verb}{message}", field=field)
 
 
-@csrf_exempt
-@require_POST
-def client(request, token: str):
-    session = session_from_token(token)
-    try:
-        data = _json_body(request)
-        info = data.get("client_info", {})
-        session_client_report(
-            session=session,
-            client_info=info,
-            detected_device=str(data.get("detected_device", "")),
-            user_agent=request.headers.get("User-Agent", ""),
-        )
-    except (BadRequest, ValueError) as exc:
-        return _error(str(exc), 400)
-    return _ok({"ok": True})
+class AnnotatorView(APIView):
+    """Token-only (no authentication, no cookies, no CSRF), bounded JSON in, JSON out, never cached."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    parser_classes = [AnnotatorJSONParser]
+    renderer_classes = [JSONRenderer]
+    throttle_classes: list = []
+
+    def input(self, serializer_class) -> dict:
+        return _validated(serializer_class, self.request.data)
+
+    def handle_exception(self, exc):
+        if isinstance(exc, InputRefused):
+            return Response(exc.body, status=exc.status_code)
+        if isinstance(exc, Http404 | exceptions.NotFound):
+            message = f"{exc} This task link is not valid; open the task again from the platform."
+            return Response({"error": message, "field": "token"}, status=404)
+        if isinstance(exc, BodyRefused):
+            return Response({"error": str(exc.detail), "field": exc.field}, status=400)
+        if isinstance(exc, exceptions.APIException) and exc.status_code < 500:
+            response = super().handle_exception(exc)
+            response.data = {"error": str(exc.detail), "field": None}
+            return response
+        return super().handle_exception(exc)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["Cache-Control"] = "no-store"
+        return response
 
 
-@csrf_exempt
-@require_POST
-def click(request, token: str):
-    session = session_from_token(token)
-    try:
-        data = _json_body(request)
-        missing = [name for name in REQUIRED_CLICK_FIELDS if data.get(name) in (None, "")]
-        if missing:
-            raise BadRequest(f"missing field(s): {', '.join(missing)}.")
-        if not isinstance(data["position"], int) or isinstance(data["position"], bool):
-            raise BadRequest(f"position={data['position']!r} must be an integer.")
-        kwargs = {name: data[name] for name in CLICK_FIELDS if name in data}
-        kwargs["pointer_type"] = str(kwargs.get("pointer_type") or "")
-    except BadRequest as exc:
-        return _error(str(exc), 400)
-    try:
-        stored, created = click_record(session=session, **kwargs)
-    except ClickRefused as exc:
-        return _error(str(exc), 409, position=data["position"])
-    return _ok(
-        {
-            "ok": True,
-            "created": created,
-            "position": stored.trial.position,
-            "missing": session_missing_positions(session=session),
-        },
-        status=201 if created else 200,
+class State(AnnotatorView):
+    """The batch: its trials, which are done, and the finish step once it is finished."""
+
+    @extend_schema(parameters=[TOKEN_PARAMETER], responses={200: contract.STATE_OUT, **ERRORS})
+    def get(self, request, token: str):
+        session = session_from_token(token)
+        return Response(session_payload(session=session, token=token))
+
+
+class ClientReport(AnnotatorView):
+    """What the browser measured (viewport, DPR, refresh rate, pointer, client hints, webdriver)."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.ClientReportIn,
+        responses={200: contract.OkOut, **ERRORS},
     )
+    def post(self, request, token: str):
+        session = session_from_token(token)
+        data = self.input(contract.ClientReportIn)
+        try:
+            session_client_report(
+                session=session,
+                client_info=data["client_info"],
+                detected_device=data["detected_device"],
+                user_agent=request.headers.get("User-Agent", ""),
+            )
+        except ValueError as exc:
+            raise InputRefused(str(exc), field="client_info") from None
+        return Response({"ok": True})
 
 
-@csrf_exempt
-@require_POST
-def finish(request, token: str):
-    session = session_from_token(token)
-    try:
-        finished = session_finish(session_id=session.pk)
-    except SessionFinishRefused as exc:
-        return _error(str(exc), 409, missing=exc.missing_positions)
-    except Session.DoesNotExist:
-        return _error("session not found.", 404)
-    return _ok({"ok": True, "finish": finish_payload(finished)})
+class ClickView(AnnotatorView):
+    """One click; stored exactly once per ``idempotency_key`` (201 stored, 200 a retry of a stored click)."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.ClickIn,
+        responses={201: contract.ClickOut, 200: contract.ClickOut, **ERRORS, **REFUSED},
+    )
+    def post(self, request, token: str):
+        # The hot path: the token names the session, and click_ingest reads it with its trials in one query.
+        try:
+            session_id = session_token_read(token=token)
+        except TokenInvalid as exc:
+            raise Http404(str(exc)) from None
+        data = self.input(contract.ClickIn)
+        try:
+            receipt = click_ingest(session_id=session_id, **data)
+        except ClickRefused as exc:
+            raise InputRefused(
+                str(exc), field=exc.field, status_code=409, reason=exc.reason, position=data["position"]
+            ) from None
+        except Session.DoesNotExist:
+            raise Http404("session not found.") from None
+        return Response(
+            {
+                "ok": True,
+                "created": receipt.created,
+                "position": receipt.position,
+                "missing": receipt.missing_positions,
+            },
+            status=status.HTTP_201_CREATED if receipt.created else status.HTTP_200_OK,
+        )
+
+
+class Presented(AnnotatorView):
+    """The player is about to show a trial (``collector.services.presentations`` has the rules)."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.PresentedIn,
+        responses={200: contract.PresentedOut, **ERRORS, **REFUSED},
+    )
+    def post(self, request, token: str):
+        session = session_from_token(token)
+        data = self.input(contract.PresentedIn)
+        try:
+            result = trial_presented_record(session=session, **data)
+        except PresentationRefused as exc:
+            raise InputRefused(
+                str(exc), field=None, status_code=409, reason=exc.reason, position=data["position"]
+            ) from None
+        except ValueError as exc:
+            raise InputRefused(str(exc), field="position") from None
+        return Response({"ok": True, **result})
+
+
+class Problem(AnnotatorView):
+    """The player showed the annotator a refusal (a 4xx it stops retrying): stored on the session, logged."""
+
+    @extend_schema(parameters=[TOKEN_PARAMETER], request=contract.ProblemIn, responses={204: None, **ERRORS})
+    def post(self, request, token: str):
+        session = session_from_token(token)
+        data = self.input(contract.ProblemIn)
+        session_problem_record(session=session, **data)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class Finish(AnnotatorView):
+    """The completion step: the code (and where to take it) once the server holds every click."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.FinishIn,
+        responses={200: contract.FinishOut, **ERRORS, **REFUSED},
+    )
+    def post(self, request, token: str):
+        session = session_from_token(token)
+        self.input(contract.FinishIn)
+        try:
+            finished = session_finish(session_id=session.pk)
+        except SessionFinishRefused as exc:
+            reason = "clicks_missing" if exc.missing_positions else "session_closed"
+            raise InputRefused(
+                str(exc), field=None, status_code=409, reason=reason, missing=exc.missing_positions
+            ) from None
+        except Session.DoesNotExist:
+            raise Http404("session not found.") from None
+        return Response({"ok": True, "finish": finish_payload(finished)})
+
+
+state = State.as_view()
+client = ClientReport.as_view()
+click = ClickView.as_view()
+presented = Presented.as_view()
+problem = Problem.as_view()
+finish = Finish.as_view()

@@ -113,6 +113,11 @@ def session_payload(*, session: Session, token: str) -> dict:
             "client": reverse("annotation_ui:api_client", kwargs={"token": token}),
             "click": reverse("annotation_ui:api_click", kwargs={"token": token}),
             "finish": reverse("annotation_ui:api_finish", kwargs={"token": token}),
+            "presented": reverse("annotation_ui:api_presented", kwargs={"token": token}),
+            # POST .../problem (wire contract item 4): built beside the click URL, so the player may call
+            # it before the endpoint exists (a 404 there is tolerated).
+            "problem": reverse("annotation_ui:api_click", kwargs={"token": token}).rsplit("/", 1)[0]
+            + "/problem",
         },
         "trials": items,
         "bundle_url": (
@@ -144,9 +149,14 @@ def preview_payload(*, study: Study, targets: list[Target]) -> dict:
         "session": {"id": None, "status": "preview", "device": ""},
         "study": study_timing(study),
         "text_mode": study.display_mode == DisplayMode.TEXT_DESCRIPTION,
-        "api": {},
+        "api": {"preview_check": reverse("researcher:preview_check", kwargs={"study_id": study.pk})},
         "trials": [
-            {"position": index, "done": False, **trial_stimuli(target=target, url_for=url_builder(target))}
+            {
+                "position": index,
+                "done": False,
+                "target_id": target.pk,
+                **trial_stimuli(target=target, url_for=url_builder(target)),
+            }
             for index, target in enumerate(targets)
         ],
         "bundle_url": None,

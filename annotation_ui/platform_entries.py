@@ -6,8 +6,8 @@ id), otherwise starts (or resumes) the worker's session with ``session_start`` a
 page ``/a/<session token>/``. No cookie is read or set: the token travels in the URL, so the pages work in
 MTurk's frame. MTurk responses are frameable by the MTurk hosts only (``collector.platforms.framing``).
 
-``/platform-exit/<session token>/`` does the adapter's finish action on the server (show the code,
-redirect to Prolific, auto-post to MTurk's externalSubmit) for a finished session.
+``/platform-exit/<session token>/`` does the adapter's finish action on the server (show the code; show
+the code and then redirect to Prolific; auto-post to MTurk's externalSubmit) for a finished session.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from .devices import device_from_headers
 logger = logging.getLogger(__name__)
 
 DEVICES = ("pc", "mobile")
+#: Seconds the exit page shows the completion code before it redirects (Prolific).
+REDIRECT_AFTER_S = 5
 
 
 def _message(request, *, title: str, message: str, status: int, frameable: bool = False):
@@ -167,7 +169,21 @@ def platform_exit(request, token: str):
         )
     action = get_adapter(session.study.platform).finish_action(session=session)
     if action.kind == "redirect":
-        return HttpResponseRedirect(action.url, status=303)
+        # The code first, then the redirect: if the redirect fails the participant still has the code.
+        html = format_html(
+            "<!doctype html><html><head><meta charset='utf-8'><title>Thank you!</title>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            "<meta http-equiv='refresh' content='{};url={}'></head><body>"
+            "<main class='message'><h1>Thank you!</h1><p>Your completion code: <strong id='completion-code'>{}"
+            "</strong></p><p>Write it down: you are taken back to the platform in a few seconds. If that does "
+            "not happen, <a id='platform-return' href='{}'>continue here</a>, or enter the code on the platform."
+            "</p></main></body></html>",
+            REDIRECT_AFTER_S,
+            action.url,
+            action.code,
+            action.url,
+        )
+        return _html(html)
     if action.kind == "auto_post":
         inputs = format_html_join("", '<input type="hidden" name="{}" value="{}">', action.fields.items())
         html = format_html(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.files.storage import default_storage
@@ -24,16 +23,21 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from collector.models import Session, Study, Target
 from collector.selectors.permissions import user_can_view_study
+from collector.selectors.preview import preview_targets
+from collector.services.link_workers import (
+    link_worker_cookie,
+    link_worker_cookie_name,
+    link_worker_identify,
+)
 from collector.services.sessions import SessionStartRefused, session_start
 from collector.services.stimuli import stimulus_path, target_stimuli_ensure
-from collector.services.studies import study_open_round
+from collector.services.studies import StudyStateError, study_preview_round
 from collector.services.tokens import (
     TokenInvalid,
     session_token_make,
     session_token_read,
     study_link_token_read,
 )
-from collector.services.workers import worker_get_or_create
 
 from .devices import device_from_headers
 from .payloads import preview_payload, session_payload, session_stimuli_manifest
@@ -79,12 +83,17 @@ def _message(request, *, title: str, message: str, status: int):
 
 
 @csrf_exempt
+@gzip_page
 @never_cache
 @require_http_methods(["GET", "POST"])
 def study_link_entry(request, token: str):
-    """``/s/<token>/``: GET shows a page that detects the device class and posts it back; POST mints a
-    worker for this visit, starts a session and redirects to the player page.
+    """``/s/<token>/``: GET shows a page that detects the device class and posts it back; POST starts a
+    session for this browser's link worker and answers with the player page itself (no redirect round
+    trip: the page then shows its own ``/a/<session token>/`` address, so a reload or a bookmark opens the
+    same batch).
 
+    One person is one worker: a signed first-party cookie (``collector.services.link_workers``) names the
+    worker again on the next visit, and ``session_start`` resumes that worker's running batch.
     A GET never creates anything, so link previews and prefetchers cannot use up targets."""
     try:
         link = study_link_token_read(token=token)
@@ -105,7 +114,8 @@ def study_link_entry(request, token: str):
     if detected not in ("pc", "mobile"):
         detected = device_from_headers(request.headers)
     device = link.get("device") or detected
-    worker = worker_get_or_create(platform="link", external_id=f"link-{uuid.uuid4().hex}")
+    cookie_name = link_worker_cookie_name(study_id=study.pk)
+    worker, signed_id = link_worker_identify(study_id=study.pk, signed_id=request.COOKIES.get(cookie_name))
     try:
         session = session_start(
             study=study,
@@ -116,9 +126,39 @@ def study_link_entry(request, token: str):
             user_agent=request.headers.get("User-Agent", ""),
         )
     except SessionStartRefused as exc:
-        return _message(request, title=_("No task available"), message=str(exc), status=409)
-    player_url = reverse("annotation_ui:player", kwargs={"token": session_token_make(session_id=session.pk)})
-    return HttpResponseRedirect(player_url, status=303)
+        response = _message(request, title=_("No task available"), message=str(exc), status=409)
+    else:
+        token = session_token_make(session_id=session.pk)
+        if request.GET.get("then") == "redirect":
+            # The behaviour before issue 14 (a redirect to the player page), kept for clients that want a
+            # clean address and for bench/bench_player_loading.py's same-run baseline.
+            player_url = reverse("annotation_ui:player", kwargs={"token": token})
+            load = "?load=all" if request.GET.get("load") == "all" else ""
+            response = HttpResponseRedirect(player_url + load, status=303)
+        else:
+            session = Session.objects.select_related("study", "round").get(pk=session.pk)
+            response = _player_page(request, session=session, token=token)
+    response.set_cookie(value=signed_id, **link_worker_cookie(study_id=study.pk, secure=request.is_secure()))
+    return response
+
+
+def _player_page(request, *, session: Session, token: str):
+    if session.study.is_corrective:  # corrective-click campaign (issue 17): its own page in the same shell
+        from .corrective_api import corrective_payload
+
+        return render(
+            request,
+            "annotation_ui/corrective.html",
+            {
+                "payload": corrective_payload(session=session, token=token),
+                "study": session.study,
+                "player_url": reverse("annotation_ui:player", kwargs={"token": token}),
+            },
+        )
+    payload = session_payload(session=session, token=token)
+    context = player_context(study=session.study, payload=payload, correction=session.round.number > 1)
+    context["player_url"] = reverse("annotation_ui:player", kwargs={"token": token})
+    return render(request, "annotation_ui/player.html", context)
 
 
 def session_from_token(token: str) -> Session:
@@ -159,9 +199,7 @@ def player(request, token: str):
             message=_("This batch expired before it was finished. Open the task again to get a new batch."),
             status=410,
         )
-    payload = session_payload(session=session, token=token)
-    context = player_context(study=session.study, payload=payload, correction=session.round.number > 1)
-    return render(request, "annotation_ui/player.html", context)
+    return _player_page(request, session=session, token=token)
 
 
 @require_GET
@@ -247,22 +285,20 @@ def _preview_study(request, study_id: int) -> Study:
 @never_cache
 @require_GET
 def preview(request, study_id: int):
-    """``/preview/<study_id>/``: the researcher walks through the first batch of the open round (or round 1)
-    phase by phase, without timers; nothing is stored."""
+    """``/preview/<study_id>/?device=pc|mobile&batch=<n>``: the researcher walks through the batch a new
+    worker on that device would get now (the allocation's choice and a shuffled order, batch n a different
+    shuffle), phase by phase, without timers; a draft can be previewed (its round 1 is prepared); no
+    session is stored. Whether a click would count: ``collector.researcher.views.preview_check``."""
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     study = _preview_study(request, study_id)
-    round_ = study_open_round(study=study) or study.rounds.order_by("number").first()
-    if round_ is None:
-        return _message(
-            request,
-            title=_("Nothing to preview"),
-            message=_("This study has no round yet; publish it first."),
-            status=409,
-        )
-    targets = list(
-        round_.targets.select_related("instance__image", "round__study").order_by("id")[: study.batch_size]
-    )
+    device = request.GET.get("device") if request.GET.get("device") in ("pc", "mobile") else "pc"
+    seed = int(request.GET["batch"]) if request.GET.get("batch", "").isdigit() else 0
+    try:
+        round_ = study_preview_round(study_id=study.pk)
+    except StudyStateError as exc:
+        return _message(request, title=_("Nothing to preview"), message=str(exc), status=409)
+    targets = preview_targets(round=round_, device=device, seed=seed)
     payload = preview_payload(study=study, targets=targets)
     context = player_context(study=study, payload=payload, correction=round_.number > 1)
     return render(request, "annotation_ui/player.html", context)

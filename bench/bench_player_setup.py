@@ -116,7 +116,7 @@ def live_server(*, production_static: bool = False):
                     WHITENOISE_USE_FINDERS=False,
                     STORAGES={
                         **settings.STORAGES,
-                        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+                        "staticfiles": {"BACKEND": "config.static_storage.ModuleAwareStaticFilesStorage"},
                     },
                 )
             )

@@ -10,10 +10,12 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +63,49 @@ def guess_layout(root: Path) -> str:
     )
 
 
+def dataset_content_hash(dataset: Dataset) -> str:
+    """blake2b (32 hex digits) of every image and mask file of the dataset, with their relative paths."""
+    digest = hashlib.blake2b(digest_size=16)
+    root = Path(dataset.root)
+    files = sorted({p for sample in dataset.samples for p in (sample.image_path, sample.mask_path)})
+    for path in files:
+        try:
+            relative = str(Path(path).relative_to(root))
+        except ValueError:
+            relative = str(path)
+        digest.update(relative.encode("utf-8") + b"\x00")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\x00")
+    digest.update(
+        json.dumps(
+            [(s.key.image_stem, s.key.object_stem, s.object_id, s.max_side) for s in dataset.samples]
+        ).encode()
+    )
+    return digest.hexdigest()
+
+
+def claim_run_dir(run_dir: Path, dataset: Dataset, content_hash: str) -> None:
+    """Record which dataset ``run_dir`` belongs to; refuse a dataset with the same name but other content."""
+    identity_path = run_dir / "dataset.json"
+    here = str(Path(dataset.root).resolve())
+    if identity_path.is_file():
+        known = json.loads(identity_path.read_text(encoding="utf-8"))
+        if known.get("hash") != content_hash:
+            raise EngineError(
+                f"{run_dir} holds the results of dataset {known.get('path')} (content {known.get('hash')}), "
+                f"not of {here} (content {content_hash}), although both are named {dataset.name!r}. "
+                f"Pass --name to give this dataset its own name (e.g. --name {dataset.name}-{content_hash[:8]}) "
+                "or --out another folder."
+            )
+        if known.get("path") == here:
+            return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = {"name": dataset.name, "layout": dataset.layout, "path": here, "hash": content_hash}
+    identity_path.write_text(json.dumps(identity, indent=1), encoding="utf-8")
+
+
 def _parse_option(text: str) -> tuple[str, object]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(
@@ -83,7 +128,9 @@ def build_run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "--layout", choices=LAYOUTS, help="dataset layout (guessed from the folder if omitted)"
     )
     parser.add_argument(
-        "--name", help="dataset name in reports and in the clicks CSV (default: the layout's)"
+        "--name",
+        help="dataset name in reports, in the clicks CSV and in the run folder (default: the layout's); "
+        "a run folder belongs to one dataset content",
     )
     parser.add_argument("--max-side", type=int, help="long-side limit of loaded images (TETRIS: 2048)")
     parser.add_argument(
@@ -166,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
         run_base=not args.no_base,
     )
     run_dir = args.out / args.method / dataset.name
+    content_hash = dataset_content_hash(dataset)
+    claim_run_dir(run_dir, dataset, content_hash)
     spec = RunSpec(
         method=args.method,
         predictor_options=dict(args.option),
@@ -198,21 +247,26 @@ def run(args: argparse.Namespace) -> int:
     results = [r for r in load_results(run_dir) if r.key in wanted]
     summary = report.summarize(results, ritm_float_quirk=args.ritm_float_quirk)
     summary["config"] = json.loads(config.fingerprint())
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    summary["dataset_path"] = str(Path(dataset.root).resolve())
+    summary["dataset_hash"] = content_hash
+    stored, timing = report.split_timing(summary)  # wall times apart: summary.json is reproducible
+    (run_dir / "summary.json").write_text(json.dumps(stored, indent=1), encoding="utf-8")
+    (run_dir / "timing.json").write_text(json.dumps(timing, indent=1), encoding="utf-8")
     plots.plot_miou_curves(summary, run_dir / "miou_vs_clicks.png")
     if args.heatmaps:
         by_key = {sample.key: sample for sample in samples}
         plots.plot_heatmaps(results, by_key, run_dir / "heatmaps", limit=args.heatmaps)
     rows = _all_summaries(args.out)
     csv_path, md_path = report.write_report(rows, args.out)
+    report.write_timing(_all_summaries(args.out, "timing.json"), args.out)
     print(report.to_markdown(report.table([summary])), end="")
     print(f"Per-instance arrays: {run_dir / 'instances'}\nReport: {csv_path} and {md_path}")
     return 0
 
 
-def _all_summaries(out: Path) -> list[dict]:
-    """Every ``<out>/<method>/<dataset>/summary.json`` (the report covers all runs in ``out``)."""
-    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(out.glob("*/*/summary.json"))]
+def _all_summaries(out: Path, name: str = "summary.json") -> list[dict]:
+    """Every ``<out>/<method>/<dataset>/<name>`` (the report covers all runs in ``out``)."""
+    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(out.glob(f"*/*/{name}"))]
 
 
 def _delegate(module_name: str, argv: Sequence[str]) -> int:
@@ -237,8 +291,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _delegate("benchmark.analyses", argv[1:])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    previous = _stop_on_sigterm()
     try:
         return run(args)
     except (DatasetError, EngineError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        signum = _STOPPED_BY.get("signal", signal.SIGINT)
+        print(
+            f"stopped by {signal.Signals(signum).name}: the worker processes were stopped and the finished "
+            "instance files kept; run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return 128 + int(signum)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+_STOPPED_BY: dict = {}
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM into KeyboardInterrupt (as Ctrl-C), so both stop the run and its workers the same way.
+
+    Only in the main thread (signal handlers cannot be set elsewhere); returns the previous handler.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    _STOPPED_BY.clear()
+
+    def handler(signum, frame):
+        _STOPPED_BY["signal"] = signum
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)

@@ -52,6 +52,36 @@ def padded_distance(mask: np.ndarray) -> np.ndarray:
     return dist[1:-1, 1:-1]
 
 
+def _box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(y0, y1, x0, x1), exclusive ends: the bounding box of ``mask``; None when it is empty."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+
+
+def deepest_point(mask: np.ndarray, not_clicked: np.ndarray) -> tuple[float, tuple[int, int]]:
+    """(max, first argmax (x, y) in row-major order) of ``padded_distance(mask) * not_clicked``.
+
+    The distance transform runs on the whole image: OpenCV's exact transform rounds differently
+    (by an ulp) when the image is cropped or shifted, which can move the argmax among tied pixels,
+    and RITM's clicks must not change. Only the product and the argmax use the mask's bounding box
+    (zero outside it). With no positive value the full array's argmax is (0, 0), returned as such.
+    """
+    box = _box(mask)
+    if box is None:
+        return 0.0, (0, 0)
+    y0, y1, x0, x1 = box
+    dist = padded_distance(mask)[y0:y1, x0:x1] * not_clicked[y0:y1, x0:x1]
+    flat = int(np.argmax(dist))
+    best = float(dist.flat[flat])
+    if not best > 0:
+        return best, (0, 0)
+    y, x = divmod(flat, x1 - x0)
+    return best, (x0 + x, y0 + y)
+
+
 def _first_argmax_xy(values: np.ndarray) -> tuple[int, int]:
     # np.argmax returns the first maximum in row-major (C) order: RITM's tie-break.
     flat = int(np.argmax(values))
@@ -66,10 +96,10 @@ def baseline_click(*, gt: np.ndarray, ignore: np.ndarray, pred: np.ndarray, not_
     gives a negative click, at (0, 0) if nothing is left, as RITM does).
     """
     fn, fp = error_regions(gt=gt, ignore=ignore, pred=pred)
-    dist_fn = padded_distance(fn) * not_clicked
-    dist_fp = padded_distance(fp) * not_clicked
-    is_positive = bool(dist_fn.max() > dist_fp.max())
-    x, y = _first_argmax_xy(dist_fn if is_positive else dist_fp)
+    max_fn, at_fn = deepest_point(fn, not_clicked)
+    max_fp, at_fp = deepest_point(fp, not_clicked)
+    is_positive = bool(max_fn > max_fp)
+    x, y = at_fn if is_positive else at_fp
     return Click(x=float(x), y=float(y), is_positive=is_positive)
 
 
@@ -99,16 +129,88 @@ def sample_group_pixel(
     """(x, y) drawn with probability proportional to ``weights`` inside group [low, high], or None.
 
     None when the weights sum to zero (no mass left); the caller then falls back to the baseline.
+    Same draws as ``rng.choice(weights.size, p=banded / banded.sum())`` on the full banded array
+    (see :func:`sample_sparse`), computed on the positive weights only.
     """
-    if not np.any(weights > 0):
+    flat_weights = np.ascontiguousarray(weights, dtype=np.float64).ravel()
+    positions = np.flatnonzero(flat_weights > 0)
+    if positions.size == 0:
         return None
-    banded = np.where(group_band(weights, low=low, high=high), weights, 0.0).astype(np.float64).ravel()
-    total = banded.sum()
-    if not total > 0:
+    flat = sample_sparse(positions, flat_weights[positions], flat_weights.size, low=low, high=high, rng=rng)
+    if flat is None:
         return None
-    flat = int(rng.choice(banded.size, p=banded / total))
     y, x = divmod(flat, weights.shape[1])
     return x, y
+
+
+class _SortedMass:
+    """The sorted positive values of a weight map and their cumulative sums (reusable across groups)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.ordered = np.sort(values)
+        self.cumulative = np.cumsum(self.ordered)
+
+
+_SUM_BUFFERS: dict[int, np.ndarray] = {}
+
+
+def _full_sum(positions: np.ndarray, values: np.ndarray, size: int) -> float:
+    """``np.sum`` of the full-size array holding ``values`` at ``positions`` and zeros elsewhere.
+
+    NumPy sums pairwise, so the zeros' places change the rounding: the full layout is rebuilt in a
+    reused zero buffer to get the very same float.
+    """
+    buffer = _SUM_BUFFERS.get(size)
+    if buffer is None:
+        _SUM_BUFFERS.clear()
+        buffer = _SUM_BUFFERS[size] = np.zeros(size, dtype=np.float64)
+    buffer[positions] = values
+    total = float(buffer.sum())
+    buffer[positions] = 0.0
+    return total
+
+
+def sample_sparse(
+    positions: np.ndarray,
+    values: np.ndarray,
+    size: int,
+    *,
+    low: float,
+    high: float,
+    rng: np.random.Generator,
+    sorted_mass: _SortedMass | None = None,
+) -> int | None:
+    """Flat index drawn from group [low, high] of a map given by its positive ``values`` at ``positions``.
+
+    Bit for bit what ``group_band`` + ``rng.choice(size, p=banded / banded.sum())`` give on the
+    full-size array (zeros elsewhere), and the same single ``rng.random()`` draw:
+
+    * the band: in the full ascending order the zeros come first and add exactly 0 to the cumulative
+      sums, so the band limits are found among the positive values alone;
+    * the draw: ``Generator.choice`` with ``p`` takes ``cdf = cumsum(p); cdf /= cdf[-1]`` and the
+      first index with ``cdf > u``; zeros do not move the cumulative sum, so that index is a positive
+      one and the cumulative sums over the positive values alone are the same floats. The total is
+      the full array's (pairwise) sum, rebuilt in a reused buffer.
+    """
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"Clicking group bounds low={low}, high={high} must satisfy 0 <= low <= high <= 1.")
+    mass = sorted_mass or _SortedMass(values)
+    total = mass.cumulative[-1]
+    last = len(mass.ordered) - 1
+    low_target, high_target = low * total, high * total
+    lo_value = mass.ordered[min(int(np.searchsorted(mass.cumulative, low_target, side="left")), last)]
+    if not low_target > 0:
+        lo_value = mass.ordered[0]  # the full band starts at the zeros (or the smallest value)
+    hi_value = mass.ordered[min(int(np.searchsorted(mass.cumulative, high_target, side="right")), last)]
+    keep = (values >= lo_value) & (values <= hi_value)
+    kept_positions, kept = positions[keep], values[keep]
+    band_total = _full_sum(kept_positions, kept, size)
+    if not band_total > 0:
+        return None
+    cdf = np.cumsum(kept / band_total)
+    cdf /= cdf[-1]
+    index = int(np.searchsorted(cdf, rng.random(), side="right"))
+    return int(kept_positions[index])
 
 
 class Clicker(Protocol):
@@ -182,6 +284,8 @@ class GroupClicker:
       rng: the trajectory's random stream.
       first_round_map: optional precomputed ``map_fn(image, gt, gt & ~ignore)`` reused in round 1
         (identical for every group of an instance, so the engine computes it once).
+      shared_cache: optional dict shared by the clickers of one instance that share
+        ``first_round_map``: the sorted round-1 weights are kept there (identical for every group).
     """
 
     def __init__(
@@ -193,6 +297,7 @@ class GroupClicker:
         rng: np.random.Generator,
         first_round_map: np.ndarray | None = None,
         name: str | None = None,
+        shared_cache: dict | None = None,
     ) -> None:
         if not 0.0 <= low <= high <= 1.0:
             raise ValueError(
@@ -200,6 +305,7 @@ class GroupClicker:
             )
         self.map_fn, self.low, self.high, self.rng = map_fn, low, high, rng
         self.first_round_map = first_round_map
+        self.shared_cache = shared_cache
         self.name = name or f"group[{low:.2f},{high:.2f}]"
         self._state = _TrajectoryState()
         self._round = 0
@@ -213,21 +319,47 @@ class GroupClicker:
         state.require("GroupClicker")
         self._round += 1
         fn, fp = error_regions(gt=state.gt, ignore=state.ignore, pred=pred)
-        dist_fn = padded_distance(fn) * state.not_clicked
-        dist_fp = padded_distance(fp) * state.not_clicked
-        is_positive = bool(dist_fn.max() > dist_fp.max())
+        max_fn, at_fn = deepest_point(fn, state.not_clicked)
+        max_fp, at_fp = deepest_point(fp, state.not_clicked)
+        is_positive = bool(max_fn > max_fp)
         region = fn if is_positive else fp
-        if self._round == 1 and self.first_round_map is not None and not pred.any():
-            raw_map = self.first_round_map
-        else:
-            raw_map = self.map_fn(state.image, state.gt, region)
-        weights = np.asarray(raw_map, dtype=np.float64) * region * state.not_clicked
-        picked = sample_group_pixel(weights, low=self.low, high=self.high, rng=self.rng)
+        first_round = self._round == 1 and self.first_round_map is not None and not pred.any()
+        raw_map = self.first_round_map if first_round else self.map_fn(state.image, state.gt, region)
+        picked = self._sample(raw_map, region, state.not_clicked, shared=first_round)
         if picked is None:
-            picked = _first_argmax_xy(dist_fn if is_positive else dist_fp)
+            picked = at_fn if is_positive else at_fp
         click = Click(x=float(picked[0]), y=float(picked[1]), is_positive=is_positive)
         state.mark(click)
         return [click]
+
+    def _sample(
+        self, raw_map: np.ndarray, region: np.ndarray, not_clicked: np.ndarray, *, shared: bool
+    ) -> tuple[int, int] | None:
+        """Draw from A = map * region * not_clicked inside the group, computed on the region's box only."""
+        box = _box(region)
+        if box is None:
+            return None
+        y0, y1, x0, x1 = box
+        height, width = region.shape
+        crop = np.asarray(raw_map[y0:y1, x0:x1], dtype=np.float64) * region[y0:y1, x0:x1]
+        crop *= not_clicked[y0:y1, x0:x1]
+        rows, cols = np.nonzero(crop > 0)
+        if rows.size == 0:
+            return None
+        values = crop[rows, cols]
+        positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
+        mass = None
+        if shared and self.shared_cache is not None:
+            # round 1 of every group of an instance draws from the same A: sort it once
+            mass = self.shared_cache.get("round1")
+            if mass is None:
+                mass = self.shared_cache["round1"] = _SortedMass(values)
+        flat = sample_sparse(positions, values, height * width, low=self.low, high=self.high,
+                             rng=self.rng, sorted_mass=mass)  # fmt: skip
+        if flat is None:
+            return None
+        y, x = divmod(flat, width)
+        return x, y
 
 
 class ReplayClicker:

@@ -21,9 +21,13 @@ reference does (it re-seeds at the start of each image).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
+import signal
+import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -44,14 +48,18 @@ from benchmark.clickers import (
     clicks_to_array,
 )
 from benchmark.datasets import Sample, SampleKey
-from benchmark.metrics import DEFAULT_MAX_CLICKS, iou
+from benchmark.metrics import DEFAULT_MAX_CLICKS, InstanceIoU
 from segmenters.base import Click, Embedding, Predictor
 from segmenters.cache import EmbeddingCache
 
 logger = logging.getLogger(__name__)
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_WATCH_SECONDS = 1.0
 HALF_BOUNDS: tuple[tuple[float, float], ...] = ((0.0, 0.5), (0.5, 1.0))
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: GrabCut seeded per prediction; timings moved out of the instance files
+TIMING_FIELDS = ("base_seconds", "group_seconds", "encode_seconds", "map_seconds", "total_seconds")
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: equal results give equal bytes
 
 
 class EngineError(RuntimeError):
@@ -134,15 +142,33 @@ class InstanceResult:
     total_seconds: float = 0.0
 
     def save(self, path: Path) -> None:
-        """Write an ``.npz`` (atomically: a killed run never leaves a half-written file)."""
+        """Write the ``.npz`` and its ``.timing.json`` (atomically: a killed run never leaves a half-written file).
+
+        The ``.npz`` holds only what the run computed (no wall times, fixed zip dates), so the same
+        config gives byte-identical files whatever the number of workers, resumes or fan-out; the wall
+        times go to the sidecar ``<name>.timing.json``.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {name: np.asarray(value) for name, value in vars(self).items() if name != "key"}
+        arrays = {
+            name: np.asarray(value)
+            for name, value in vars(self).items()
+            if name != "key" and name not in TIMING_FIELDS
+        }
         arrays.update(
             dataset=self.key.dataset, image_stem=self.key.image_stem, object_stem=self.key.object_stem
         )
+        timing = {
+            name: (value.tolist() if isinstance(value, np.ndarray) else value)
+            for name, value in vars(self).items()
+            if name in TIMING_FIELDS
+        }
+        timing_path = timing_file(path)
+        partial = timing_path.with_name(timing_path.name + f".{os.getpid()}.partial")
+        partial.write_text(json.dumps(timing, allow_nan=True), encoding="utf-8")
+        os.replace(partial, timing_path)
         partial = path.with_name(path.name + f".{os.getpid()}.partial")
         with open(partial, "wb") as handle:
-            np.savez(handle, **arrays)
+            _write_npz(handle, arrays)
         os.replace(partial, path)
 
     @classmethod
@@ -154,9 +180,43 @@ class InstanceResult:
         )
         for name in ("method", "model_id", "config_json"):
             values[name] = str(values[name])
+        timing_path = timing_file(path)
+        if timing_path.is_file():
+            try:
+                timing = json.loads(timing_path.read_text(encoding="utf-8"))
+            except ValueError:
+                timing = {}  # wall times are informative only; a damaged sidecar loses them
+            for name in TIMING_FIELDS:
+                if name in timing:
+                    values[name] = timing[name]
         for name in ("encode_seconds", "map_seconds", "total_seconds"):
-            values[name] = float(values[name])
-        return cls(key=key, **values)
+            values[name] = float(values.get(name, 0.0))
+        for name in ("base_seconds", "group_seconds"):
+            if name in values:
+                values[name] = np.asarray(values[name], dtype=np.float64)
+        result = cls(key=key, **values)
+        if result.base_seconds.size == 0 and result.base_iou.size:
+            result.base_seconds = np.full(result.base_iou.shape, np.nan)
+        if result.group_seconds.size == 0 and result.group_iou.size:
+            result.group_seconds = np.full(result.group_iou.shape, np.nan)
+        return result
+
+
+def timing_file(path: Path) -> Path:
+    """The wall-time sidecar of an instance file: ``<name>.timing.json`` next to ``<name>.npz``."""
+    return path.with_name(path.name[: -len(".npz")] + ".timing.json")
+
+
+def _write_npz(handle, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` with fixed member dates and order, so equal arrays give equal bytes."""
+    import zipfile
+
+    with zipfile.ZipFile(handle, mode="w", compression=zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            info = zipfile.ZipInfo(name + ".npy", date_time=_ZIP_DATE)
+            info.external_attr = 0o600 << 16
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arrays[name]), allow_pickle=False)
 
 
 def instance_file_name(key: SampleKey) -> str:
@@ -186,8 +246,17 @@ def run_trajectory(
     max_clicks: int,
     threshold: float,
     reencode_per_click: bool = False,
+    instance_iou: InstanceIoU | None = None,
+    timing: dict | None = None,
 ) -> Trajectory:
-    """Run one trajectory from an empty mask until ``max_clicks`` clicks or the clicker stops."""
+    """Run one trajectory from an empty mask until ``max_clicks`` clicks or the clicker stops.
+
+    ``instance_iou``: the instance's prepared IoU (made here if None). ``timing``: if given, adds
+    ``model_s`` (encode + predict) and ``own_s`` (clicker, threshold, IoU) wall seconds to it.
+    """
+    measure = instance_iou or InstanceIoU(gt, ignore)
+    own_s = model_s = 0.0
+    tick = time.perf_counter()
     clicker.start(image=image, gt=gt, ignore=ignore)
     pred = np.zeros(gt.shape, dtype=bool)
     clicks: list[Click] = []
@@ -200,12 +269,19 @@ def run_trajectory(
             break
         clicks.extend(new_clicks[: max_clicks - len(clicks)])
         started = time.perf_counter()
+        own_s += started - tick
         current = predictor.encode(image) if reencode_per_click else embedding
         prediction = predictor.predict(current, clicks, logits)
-        seconds.append(time.perf_counter() - started)
+        tick = time.perf_counter()
+        seconds.append(tick - started)
+        model_s += tick - started
         logits = prediction.logits
         pred = np.asarray(prediction.probabilities) > threshold
-        ious.append(iou(pred, gt, ignore))
+        ious.append(measure(pred))
+    if timing is not None:
+        timing["own_s"] = timing.get("own_s", 0.0) + own_s + (time.perf_counter() - tick)
+        timing["model_s"] = timing.get("model_s", 0.0) + model_s
+        timing["clicks"] = timing.get("clicks", 0) + len(clicks)
     return Trajectory(
         ious=np.asarray(ious, dtype=np.float64),
         seconds=np.asarray(seconds, dtype=np.float64),
@@ -250,6 +326,7 @@ def evaluate_instance(
     map_fn: MapFn | None = None,
     real_clicks_xy: np.ndarray | None = None,
     out_dir: Path | None = None,
+    timing: dict | None = None,
 ) -> InstanceResult:
     """Evaluate one instance and (if ``out_dir``) save ``<out_dir>/instances/<key>.npz``.
 
@@ -262,6 +339,8 @@ def evaluate_instance(
       method: label of the method in reports (e.g. the registry name).
       map_fn: clickability map ``(image, gt, E) -> (H, W)``; None skips groups, halves and Sample.
       real_clicks_xy: (n, 2) float real first-round clicks in loaded-image pixels; None/empty skips User/Sample.
+      timing: optional dict that accumulates ``model_s``, ``own_s`` and ``clicks`` over the trajectories
+        (the split of ``bench/bench_engine_embedding_reuse.py``; the round-1 map is in ``map_seconds``).
     """
     path = None
     if out_dir is not None:
@@ -297,6 +376,8 @@ def evaluate_instance(
         ignore=ignore,
         threshold=threshold,
         reencode_per_click=config.reencode_per_click,
+        instance_iou=InstanceIoU(gt, ignore),
+        timing=timing,
     )
     n_clicks = config.max_clicks
     if config.run_base:
@@ -310,6 +391,7 @@ def evaluate_instance(
         map_started = time.perf_counter()
         first_map = np.asarray(map_fn(image, gt, gt & ~ignore), dtype=np.float64)
         result.map_seconds = time.perf_counter() - map_started
+        round1_cache: dict = {}  # the sorted round-1 weights: the same for every group, half and Sample click
 
         def sweep(bounds: Sequence[tuple[float, float]], stream: int):
             shape = (len(bounds), config.samples_per_group, n_clicks)
@@ -328,9 +410,8 @@ def evaluate_instance(
                         sample=s,
                         common=config.common_random_numbers,
                     )
-                    clicker = GroupClicker(
-                        map_fn=map_fn, low=low, high=high, rng=rng, first_round_map=first_map
-                    )
+                    clicker = GroupClicker(map_fn=map_fn, low=low, high=high, rng=rng,
+                                           first_round_map=first_map, shared_cache=round1_cache)  # fmt: skip
                     run = run_trajectory(clicker=clicker, max_clicks=n_clicks, **common)
                     ious[g, s] = _pad(run.ious, n_clicks)
                     seconds[g, s] = _pad(run.seconds, n_clicks)
@@ -358,7 +439,8 @@ def evaluate_instance(
             )
             sampled = []
             for _ in range(len(replay)):
-                clicker = GroupClicker(map_fn=map_fn, low=0.0, high=1.0, rng=rng, first_round_map=first_map)
+                clicker = GroupClicker(map_fn=map_fn, low=0.0, high=1.0, rng=rng, first_round_map=first_map,
+                                       shared_cache=round1_cache)  # fmt: skip
                 sampled.append(run_trajectory(clicker=clicker, max_clicks=1, **common))
             result.sample_iou = np.array([run.ious[0] for run in sampled], dtype=np.float64)
             result.sample_clicks = np.concatenate([run.clicks for run in sampled])
@@ -395,7 +477,38 @@ def build_click_model(name: str | None) -> MapFn | None:
     return load_click_model(name)
 
 
-def _worker_init(spec: RunSpec, single_thread: bool = False) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (pool worker) process end when ``parent_pid`` ends, however it ends.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (the kernel signals us when the parent dies, even by
+    SIGKILL). Everywhere: a daemon thread that exits the process once our parent pid changes (also
+    covers a parent that died before the prctl call). SIGINT is ignored here: a Ctrl-C reaches the
+    whole process group, and the parent stops its workers itself.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError) as error:  # pragma: no cover - other libcs
+            logger.warning(
+                "prctl(PR_SET_PDEATHSIG) unavailable (%s); relying on the parent-watch thread", error
+            )
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_WATCH_SECONDS)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker_init(spec: RunSpec, single_thread: bool = False, parent_pid: int | None = None) -> None:
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     from segmenters.registry import get_predictor
 
     if single_thread:
@@ -461,14 +574,33 @@ def run_local(
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_worker_init, initargs=(spec, True)
-    ) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_worker_init, initargs=(spec, True, os.getpid())
+    )
+    try:
         futures = [pool.submit(_worker_run, job) for job in jobs]
         for future in as_completed(futures):
             done = future.result()
             if progress:
                 progress(len(done))
+    except BaseException:  # Ctrl-C, SIGTERM (see benchmark.cli) or a failed instance: stop every worker now
+        _stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's processes and wait for them (finished instance files stay; a rerun resumes)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=10)
+        if process.is_alive():  # pragma: no cover - a worker stuck in native code
+            process.kill()
+            process.join(timeout=5)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -5,9 +5,13 @@ A trajectory is a float array ``ious`` of shape (n_clicks,), the IoU after each 
 
 Deliberate choices:
 
-* Thresholds are exact (IoU >= 0.90 counts at 0.90). RITM compares against ``np.arange`` values
-  0.8500000000000001 / 0.9000000000000001, so an IoU of exactly 0.85 or 0.90 does not count there;
-  ``ritm_float_quirk=True`` reproduces that.
+* Thresholds are exact (IoU >= 0.90 counts at 0.90, compared in float64). RITM stores the IoUs of a
+  trajectory as float32 (``np.array(ious, dtype=np.float32)``) and compares them with its
+  ``np.arange(0.80, t + 0.001, 0.05)`` thresholds (0.8500000000000001, 0.9000000000000001); under
+  NumPy 1.x value-based casting that comparison runs in float32, where both sides round to 0.85f/0.9f.
+  So in RITM an IoU of exactly 0.85/0.90 *does* count, and so does any IoU within half a float32 ulp
+  below it (IoU >= 0.8999999463558197 counts at 0.90). ``ritm_float_quirk=True`` reproduces exactly
+  that float32 comparison.
 * NoF follows RITM/RClicks: an instance fails when NoC == max_clicks, which also counts the
   instances that reach the threshold exactly at the last click. ``count_last_click_success=False``
   counts only the instances that never reach it.
@@ -37,8 +41,51 @@ def iou(pred: np.ndarray, gt: np.ndarray, ignore: np.ndarray | None = None) -> f
     return int(np.count_nonzero(pred & gt)) / union
 
 
+class InstanceIoU:
+    """``iou(pred, gt, ignore)`` for many predictions of one instance, counted on the union's box only.
+
+    The GT side (valid pixels, their box and count) is prepared once; each call finds the prediction's
+    box (two ``any`` passes) and counts inside the union of both boxes. The counts are integers, so
+    the value is the very float :func:`iou` returns.
+    """
+
+    def __init__(self, gt: np.ndarray, ignore: np.ndarray | None = None) -> None:
+        gt = gt.astype(bool)
+        self.shape = gt.shape
+        self.valid = None if ignore is None else ~ignore.astype(bool)
+        self.gt_valid = gt if self.valid is None else gt & self.valid
+        self.gt_box = _bbox(self.gt_valid)
+
+    def __call__(self, pred: np.ndarray) -> float:
+        if pred.shape != self.shape:
+            raise ValueError(f"iou: prediction shape {pred.shape} differs from the GT shape {self.shape}.")
+        pred = pred.astype(bool, copy=False)
+        box = _bbox(pred)
+        if box is None and self.gt_box is None:
+            return 1.0
+        boxes = [b for b in (box, self.gt_box) if b is not None]
+        y0, y1 = min(b[0] for b in boxes), max(b[1] for b in boxes)
+        x0, x1 = min(b[2] for b in boxes), max(b[3] for b in boxes)
+        p = pred[y0:y1, x0:x1]
+        if self.valid is not None:
+            p = p & self.valid[y0:y1, x0:x1]
+        g = self.gt_valid[y0:y1, x0:x1]
+        union = int(np.count_nonzero(p | g))
+        if union == 0:
+            return 1.0
+        return int(np.count_nonzero(p & g)) / union
+
+
+def _bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+
+
 def ritm_threshold(threshold: float) -> float:
-    """The float RITM actually compares with: the last of ``np.arange(0.80, t + 0.001, 0.05)``."""
+    """RITM's float64 threshold: the last of ``np.arange(0.80, t + 0.001, 0.05)`` (e.g. 0.9000000000000001)."""
     steps = round((threshold - 0.80) / 0.05)
     if steps < 0 or abs(0.80 + steps * 0.05 - threshold) > 1e-9:
         raise ValueError(
@@ -54,10 +101,16 @@ def noc(
     max_clicks: int = DEFAULT_MAX_CLICKS,
     ritm_float_quirk: bool = False,
 ) -> int:
-    """Number of clicks: 1-based index of the first IoU >= threshold, or ``max_clicks`` if none."""
+    """Number of clicks: 1-based index of the first IoU >= threshold, or ``max_clicks`` if none.
+
+    ``ritm_float_quirk``: compare as RITM does, the IoUs cast to float32 against RITM's
+    ``np.arange`` threshold cast to float32 (see the module docstring).
+    """
     values = np.asarray(ious, dtype=np.float64)[:max_clicks]
-    target = ritm_threshold(threshold) if ritm_float_quirk else threshold
-    reached = np.flatnonzero(values >= target)
+    if ritm_float_quirk:
+        reached = np.flatnonzero(values.astype(np.float32) >= np.float32(ritm_threshold(threshold)))
+    else:
+        reached = np.flatnonzero(values >= threshold)
     return int(reached[0]) + 1 if len(reached) else int(max_clicks)
 
 

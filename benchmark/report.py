@@ -154,7 +154,19 @@ TABLE_COLUMNS = (
     ("user_nsr", "User NSR IoU@1"),
     ("sample_iou1", "Sample IoU@1"),
     ("sample_nsr", "Sample NSR IoU@1"),
+    ("dataset_path", "Dataset path"),
+    ("dataset_hash", "Dataset hash"),
+)
+
+TIMING_KEYS = ("seconds_per_click", "encode_seconds_per_image")
+"""Wall-time fields of a summary: kept out of ``summary.json`` and ``report.*`` (which are then
+byte-identical between runs of the same config) and written to ``timing.json`` / ``timing.csv``."""
+
+TIMING_COLUMNS = (
+    ("method", "Method"),
+    ("dataset", "Dataset"),
     ("seconds_per_click", "s/click"),
+    ("encode_seconds_per_image", "encode s/image"),
 )
 
 
@@ -178,6 +190,22 @@ def to_markdown(frame: pd.DataFrame) -> str:
                 cells.append(str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def split_timing(summary: dict) -> tuple[dict, dict]:
+    """(summary without wall times, {method, dataset, wall-time fields})."""
+    timing = {key: summary[key] for key in TIMING_KEYS if key in summary}
+    timing.update(method=summary.get("method"), dataset=summary.get("dataset"))
+    return {key: value for key, value in summary.items() if key not in TIMING_KEYS}, timing
+
+
+def write_timing(rows: Sequence[dict], out_dir: Path) -> Path:
+    """``timing.csv``: seconds per click and per encoded image of every (method, dataset)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame([{key: row.get(key, np.nan) for key, _ in TIMING_COLUMNS} for row in rows])
+    path = out_dir / "timing.csv"
+    frame.rename(columns=dict(TIMING_COLUMNS)).to_csv(path, index=False)
+    return path
 
 
 def write_report(rows: Sequence[dict], out_dir: Path) -> tuple[Path, Path]:

@@ -7,8 +7,8 @@
             sample, clicks, is_new = sess.get_clicks(only_last=False)
             if is_new:
                 embedding = predictor.encode(sample.load_image())
-            probs = predictor.predict(embedding, clicks).probabilities
-            sess.submit_masks(probs)
+            prediction = predictor.predict(embedding, clicks, sess.previous_logits)
+            sess.submit_masks(prediction)       # or probabilities / a bool mask (+ logits=...)
         report = sess.get_report()              # one row per sample x click
         summary = sess.get_global_summary()     # NoC, NoF, mIoU curve, IoU-AuC, time per click
 
@@ -128,6 +128,13 @@ class ClickSession:
       report_save_dir: if given, the report CSV and summary JSON are written there at the end.
     """
 
+    def __new__(cls, *args, host: str | None = None, **kwargs):
+        if host is not None:  # the same session against an evaluation server (benchmark/remote.py)
+            from benchmark.remote import RemoteClickSession
+
+            return RemoteClickSession(host=host, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         *,
@@ -145,6 +152,8 @@ class ClickSession:
         seed: int = 0,
         shuffle: bool = False,
         report_save_dir: Path | None = None,
+        host: str | None = None,  # remote only (see __new__); None = this local session
+        key: str | None = None,
     ) -> None:
         if clicker not in CLICKERS:
             raise ValueError(f"clicker={clicker!r} is unknown; use one of {CLICKERS}.")
@@ -169,6 +178,7 @@ class ClickSession:
         self._state = _State.CREATED
         self._units: list[_Unit] = []
         self._unit_index = -1
+        self._previous_logits = None
         self._rows: list[dict] = []
         self._summary: dict | None = None
 
@@ -263,6 +273,7 @@ class ClickSession:
         gt, ignore = unit.sample.load_masks()
         self._gt, self._ignore = gt, ignore
         self._pred = np.zeros(gt.shape, dtype=bool)
+        self._previous_logits = None
         self._clicks: list[Click] = []
         self._last_clicks: list[Click] = []
         self._round = 0
@@ -299,9 +310,24 @@ class ClickSession:
         unit = self._units[self._unit_index]
         return unit.sample, list(self._last_clicks if only_last else self._clicks), is_new
 
-    def submit_masks(self, mask_or_probs: np.ndarray) -> SubmitResult:
-        """Submit the prediction for the current clicks: bool (H, W) mask or float (H, W) probabilities."""
+    @property
+    def previous_logits(self):
+        """What to pass as ``predictor.predict(..., previous_logits)``: the logits submitted for this
+        sample's previous round, None on its first round (the engine hands them over the same way)."""
+        return self._previous_logits if self._unit_index >= 0 else None
+
+    def submit_masks(self, mask_or_probs, logits=None) -> SubmitResult:
+        """Submit the prediction for the current clicks.
+
+        ``mask_or_probs``: a ``segmenters.base.Prediction`` (its probabilities are thresholded and its
+        logits kept for :attr:`previous_logits`), a bool (H, W) mask or float (H, W) probabilities.
+        ``logits``: with an array, what :attr:`previous_logits` returns next round (default: the mask).
+        """
         timing_s = time.perf_counter() - getattr(self, "_clock", time.perf_counter())
+        if hasattr(mask_or_probs, "probabilities"):
+            if logits is None:
+                logits = getattr(mask_or_probs, "logits", None)
+            mask_or_probs = mask_or_probs.probabilities
         if self._state is not _State.AWAITING_MASK:
             raise SessionStateError(
                 "submit_masks() called before get_clicks(): call next() and get_clicks() first."
@@ -321,6 +347,7 @@ class ClickSession:
             return SubmitResult("timed_out", float("nan"), self._round, len(self._clicks))
         mask = array if array.dtype == bool else array > self.threshold
         self._pred = mask
+        self._previous_logits = mask if logits is None else logits
         value = iou(mask, self._gt, self._ignore)
         self._record(unit, value, timing_s, "accepted")
         if len(self._clicks) >= self.max_clicks or (self.stop_at_target and value >= max(self.target_ious)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from collector.models import Click, Dataset, Image, Instance, Round, Session, Study, Target, Trial, Worker
+from collector.services import next_round as next_round_services
 from collector.services import studies as study_services
 
 
@@ -108,8 +109,18 @@ class StudyAdmin(admin.ModelAdmin):
 
 @admin.register(Round)
 class RoundAdmin(admin.ModelAdmin):
-    list_display = ("study", "number", "state", "created_at", "closed_at")
+    list_display = ("study", "number", "state", "created_at", "closed_at", "build_failed_at")
     list_filter = ("state",)
+    readonly_fields = ("build_error", "build_failed_at")
+    actions = ["retry_build"]
+
+    @admin.action(description="Retry the failed next-round build of the selected rounds")
+    def retry_build(self, request, queryset):
+        for round_ in queryset:
+            if next_round_services.round_build_retry(round_id=round_.pk):
+                self.message_user(request, f"{round_}: build sent again.", messages.SUCCESS)
+            else:
+                self.message_user(request, f"{round_}: no failed build to retry.", messages.WARNING)
 
 
 @admin.register(Target)
@@ -119,14 +130,17 @@ class TargetAdmin(admin.ModelAdmin):
         "round",
         "click_type",
         "model_type",
+        "model_variant",
         "valid_pc",
         "valid_mobile",
         "inflight_pc",
         "inflight_mobile",
     )
-    list_filter = ("round__study", "click_type", "model_type")
-    search_fields = ("full_stem",)
+    list_filter = ("round__study", "click_type", "model_type", "model_variant")
+    search_fields = ("full_stem", "checkpoint_sha256")
     raw_id_fields = ("instance", "source_click")
+    # Provenance of the previous mask: written by the build, never edited by hand.
+    readonly_fields = ("model_id", "model_variant", "checkpoint_sha256")
 
 
 @admin.register(Worker)

@@ -17,6 +17,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
+from config.log_format import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -77,6 +79,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "collector",
     "annotation_ui",
+    "evaluation",
 ]
 
 MIDDLEWARE = [
@@ -89,6 +92,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # the annotator API's 404s (bad token, no such trial) as its JSON errors, not HTML pages
+    "annotation_ui.errors.AnnotatorApiJsonErrorsMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -146,7 +151,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("CLICKLAB_STATIC_ROOT", VAR_DIR / "staticfiles"))
-MEDIA_URL = "media/"
+# Nothing serves MEDIA_ROOT directly (ground-truth masks live there): MEDIA_URL is the login-checked view of
+# collector/researcher/media.py; annotators get stimuli through their session's views (check clicklab.E001/2).
+MEDIA_URL = "/researcher/files/"
 MEDIA_ROOT = Path(os.environ.get("CLICKLAB_MEDIA_ROOT", VAR_DIR / "media"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -154,7 +161,7 @@ STORAGES = {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
             if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            else "config.static_storage.ModuleAwareStaticFilesStorage"
         )
     },
 }
@@ -217,6 +224,7 @@ CELERY.update(
         "task_routes": {
             "tasks.segmentation.*": {"queue": "models"},
             "tasks.benchmark.*": {"queue": "models"},
+            "tasks.corrective.*": {"queue": "models"},  # corrective campaigns' mask updates (issue 17)
         },
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
@@ -237,29 +245,46 @@ ANNOTATOR_TOKEN_MAX_AGE_S = int(os.environ.get("ANNOTATOR_TOKEN_MAX_AGE_S", str(
 # Public base URL used in links handed to crowd platforms (no trailing slash).
 PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 SEGMENTER_CHECKPOINT_DIR = Path(os.environ.get("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
-# Segmenters run by the next-round build, by registry name (see segmenters/README.md).
+
+
+def _segmenter_checkpoints() -> dict:
+    """The checkpoints a study may choose for its next-round builds, by key (``sam:vit_b``, ...).
+
+    ``CLICKLAB_SEGMENTER_CHECKPOINTS``: a JSON object or comma-separated ``predictor:variant[:label]=path``
+    entries, paths absolute or relative to CLICKLAB_CHECKPOINT_DIR (format: segmenters/checkpoints.py).
+    """
+    text = os.environ.get("CLICKLAB_SEGMENTER_CHECKPOINTS", "")
+    if not text.strip():
+        return {}
+    from segmenters.base import SegmenterError
+    from segmenters.checkpoints import parse_checkpoint_table
+
+    try:
+        return parse_checkpoint_table(text, source="CLICKLAB_SEGMENTER_CHECKPOINTS")
+    except SegmenterError as error:
+        raise ImproperlyConfigured(str(error)) from None
+
+
+SEGMENTER_CHECKPOINTS = _segmenter_checkpoints()
+# Segmenters of next-round builds for studies that choose none: "embedded", keys of SEGMENTER_CHECKPOINTS,
+# predictor names or predictor:variant (official file names in the checkpoint directory).
 NEXT_ROUND_SEGMENTERS = env_list("CLICKLAB_NEXT_ROUND_SEGMENTERS", "embedded")
 TOLOKA_TOKEN = os.environ.get("TOLOKA_TOKEN", "")
 TOLOKA_API_URL = os.environ.get("TOLOKA_API_URL", "https://toloka.dev").rstrip("/")
-PROLIFIC_TOKEN = os.environ.get("PROLIFIC_TOKEN", "")
 AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
 AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
 MTURK_SANDBOX = env_bool("MTURK_SANDBOX", True)
 MTURK_ENDPOINT_URL = os.environ.get("MTURK_ENDPOINT_URL", "")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"redact_secrets": {"()": "config.logging_filters.RedactSecretsFilter"}},
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-    },
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]},
-    },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+# Logs: JSON lines with LOG_FORMAT=json (production), readable lines otherwise; both carry every extra={...}
+# field (session_id, study_id, ...). The redaction filter on the one handler removes secrets and annotator
+# tokens from messages, arguments, fields, tracebacks and request paths. django, django.request and
+# django.server (runserver's access lines) write through it, as Celery workers (config/celery.py) and gunicorn
+# (`gunicorn -c config/gunicorn.py config.wsgi`: its access and error lines) do.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").lower()
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"environment variable LOG_FORMAT={LOG_FORMAT!r}: use json or text.")
+LOGGING = logging_config(LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
 
 # --- Researcher area and researcher API (DASHBOARD) -------------------------------------------------
 INSTALLED_APPS += ["drf_spectacular"]
@@ -328,4 +353,24 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 CELERY["beat_schedule"]["requeue-pending-builds"] = {
     "task": "tasks.segmentation.requeue_pending_builds",
     "schedule": float(os.environ.get("CLICKLAB_REQUEUE_BUILDS_EVERY_S", "600")),
+}
+# Corrective campaigns (issue 17): items still waiting for a mask update get it sent again (a duplicate is a no-op).
+CELERY["beat_schedule"]["requeue-pending-corrective-updates"] = {
+    "task": "tasks.corrective.requeue_pending_updates",
+    "schedule": float(os.environ.get("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", "600")),
+}
+
+# --- Transactional outbox (issue 16.3, 20.4) --------------------------------------------------------
+# Tasks are written as rows in the transaction of the change (collector.models.TaskIntent) and published
+# after the commit; what the broker refused is sent by the relay (beat, a thread in each worker and
+# `manage.py outbox_relay`) at least every OUTBOX_RELAY_EVERY_S seconds: a finished session's validation
+# goes out within that interval after the broker is back. The relay leaves intents younger than
+# OUTBOX_RELAY_GRACE_S to the after-commit send.
+OUTBOX_RELAY_EVERY_S = float(os.environ.get("CLICKLAB_OUTBOX_RELAY_EVERY_S", "60"))
+OUTBOX_RELAY_GRACE_S = float(os.environ.get("CLICKLAB_OUTBOX_RELAY_GRACE_S", "5"))
+OUTBOX_RELAY_IN_WORKER = env_bool("CLICKLAB_OUTBOX_RELAY_IN_WORKER", True)
+OUTBOX_KEEP_SENT_S = float(os.environ.get("CLICKLAB_OUTBOX_KEEP_SENT_S", str(7 * 24 * 3600)))
+CELERY["beat_schedule"]["outbox-relay"] = {
+    "task": "tasks.outbox.relay_task_intents",
+    "schedule": OUTBOX_RELAY_EVERY_S,
 }

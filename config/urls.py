@@ -1,4 +1,3 @@
-from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -7,10 +6,12 @@ urlpatterns = [
     path("exports/", include("exports.urls")),
     path("", include("annotation_ui.urls")),
 ]
-
-if settings.DEBUG:
-    from django.conf.urls.static import static
-
-    urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)
+# No URL serves MEDIA_ROOT, in DEBUG or not: ground-truth masks and originals live there. Annotators get their
+# pictures through the session-scoped stimulus views, researchers through login-checked views (MEDIA_URL
+# points at collector.researcher.media).
 urlpatterns += [path("researcher/", include("collector.researcher.urls"))]
 urlpatterns += [path("api/researcher/", include("collector.api.urls"))]
+urlpatterns += [
+    path("api/eval/", include("evaluation.urls")),
+    path("eval/", include("evaluation.pages_urls")),
+]

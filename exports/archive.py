@@ -54,3 +54,23 @@ def full_file_write(*, study_ids: list[int], format: str) -> tuple[IO[bytes], Fu
         raise
     handle.seek(0)
     return handle, result
+
+
+def corrective_zip_write(*, study_id: int) -> tuple[IO[bytes], object]:
+    """A corrective campaign's outputs (``exports.corrective``) zipped in an open temp file."""
+    from exports.corrective import corrective_export
+
+    handle = tempfile.TemporaryFile(suffix=".zip")
+    try:
+        with tempfile.TemporaryDirectory(prefix="clicklab-corrective-") as folder:
+            result = corrective_export(study_id=study_id, out_dir=folder)
+            with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for path in sorted(Path(folder).rglob("*")):
+                    if path.is_file():
+                        kind = zipfile.ZIP_STORED if path.suffix.lower() in _STORED_SUFFIXES else None
+                        archive.write(path, path.relative_to(folder).as_posix(), compress_type=kind)
+    except BaseException:
+        handle.close()
+        raise
+    handle.seek(0)
+    return handle, result

@@ -13,9 +13,12 @@ Columns (``FULL_SCHEMA`` order; times in ms, positions in canonical image pixels
   the session's), client_info (the session's raw client report, JSON)
 - session_status, session_validity, session_valid_clicks, session_quality_flags (JSON),
   session_rejection_reason, session_started_at, session_finished_at (UTC)
-- trial_id, position, phase_onsets_ms (JSON: measured rAF onsets), blocked_clicks, trial_flags (JSON)
-- target_id, dataset, image_stem, object_stem, click_type, model_type, full_stem, image_width,
-  image_height
+- trial_id, position, phase_onsets_ms (JSON: presented rAF onsets, the first frame each phase was on
+  screen), scheduled_onsets_ms (JSON: the onsets the player scheduled), load_wait_ms (the trial's wait for
+  its pictures before phase A), blocked_clicks, trial_flags (JSON)
+- target_id, dataset, image_stem, object_stem, click_type, model_type, model_id, model_variant,
+  checkpoint_sha256 (the segmenter, variant and checkpoint file that made the target's previous mask;
+  empty for round 1), full_stem, image_width, image_height
 - click_id, x, y (float), x_px, y_px (the integer pixel of clicks.csv), shown_width, shown_height,
   pointer_type, reaction_ms, event_timestamp_ms, received_at, is_valid, distance_px, invalid_reason,
   counted (the click is a row of the default clicks.csv)
@@ -75,6 +78,8 @@ FULL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial_id", "int"),
     ("position", "int"),
     ("phase_onsets_ms", "json"),
+    ("scheduled_onsets_ms", "json"),
+    ("load_wait_ms", "float"),
     ("blocked_clicks", "int"),
     ("trial_flags", "json"),
     ("target_id", "int"),
@@ -83,6 +88,9 @@ FULL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("object_stem", "str"),
     ("click_type", "str"),
     ("model_type", "str"),
+    ("model_id", "str"),
+    ("model_variant", "str"),
+    ("checkpoint_sha256", "str"),
     ("full_stem", "str"),
     ("image_width", "int"),
     ("image_height", "int"),
@@ -173,7 +181,8 @@ def _rows(*, study_ids: list[int], progress: bool, total: int):
         for index, row in enumerate(full_click_rows(study_ids=study_ids), start=1):
             (click_id, study_id, round_number, session_id, pseudonym, device, platform_device, detected_device,
              user_agent, client_info, status, validity, valid_clicks, quality_flags, rejection_reason,
-             started_at, finished_at, trial_id, position, phase_onsets, blocked, trial_flags, trial_refresh,
+             started_at, finished_at, trial_id, position, phase_onsets, scheduled_onsets, load_wait, blocked,
+             trial_flags, trial_refresh,
              target_id, x, y, shown_w, shown_h, pointer, reaction, event_ts, received_at, is_valid, distance,
              invalid_reason) = row  # fmt: skip
             target = targets[target_id]
@@ -203,6 +212,8 @@ def _rows(*, study_ids: list[int], progress: bool, total: int):
                 "trial_id": trial_id,
                 "position": position,
                 "phase_onsets_ms": phase_onsets,
+                "scheduled_onsets_ms": scheduled_onsets,
+                "load_wait_ms": load_wait,
                 "blocked_clicks": blocked,
                 "trial_flags": trial_flags,
                 "target_id": target_id,
@@ -211,6 +222,9 @@ def _rows(*, study_ids: list[int], progress: bool, total: int):
                 "object_stem": target.object_stem,
                 "click_type": target.click_type,
                 "model_type": target.model_type,
+                "model_id": target.model_id,
+                "model_variant": target.model_variant,
+                "checkpoint_sha256": target.checkpoint_sha256,
                 "full_stem": target.full_stem,
                 "image_width": target.width,
                 "image_height": target.height,

@@ -7,7 +7,9 @@ Output folder (``../shared/spec/rclicks-protocol.md`` §1 and §8 "Implications"
     <out>/SUBSEC_MASKS/all_benchmark_datasets/fn_fp/<full_stem>.png   GrabCut, Berkeley, DAVIS, COCO
     <out>/SUBSEC_MASKS/tetris_fn_fp/tetris_fn_fp_masks/<full_stem>.png TETRIS
     <out>/SUBSEC_MASKS/<dataset>/fn_fp/<full_stem>.png                 any other dataset
-    <out>/manifest.json              studies, counts, options and messages of this export
+    <out>/manifest.json              studies, counts, options and messages of this export, and per
+                                     previous mask the segmenter, variant and checkpoint sha256 that made
+                                     it (``prev_mask_provenance``; clicks.csv keeps the 11 columns only)
 
 Rows are written as they are read from a server-side cursor: memory does not grow with the click count
 (only the per-target table, one entry per task, is held). ``x``/``y`` are the integer pixel index of the
@@ -83,6 +85,8 @@ class RClicksExport:
     rows: int = 0
     preview_rows: int = 0
     masks: int = 0
+    #: ``<full_stem>.png`` -> who made that previous mask (segmenter, variant, checkpoint sha256).
+    mask_provenance: dict[str, dict[str, str]] = field(default_factory=dict)
     rows_by_study: dict[int, int] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
     csv_seconds: float = 0.0
@@ -262,12 +266,22 @@ def rclicks_export(
 
     result.csv_seconds = time.perf_counter() - started
     started = time.perf_counter()
+    error_targets = [targets[pk] for pk in sorted(used_error_targets)]
     result.masks = _write_prev_masks(
-        targets=[targets[pk] for pk in sorted(used_error_targets)],
+        targets=error_targets,
         out_dir=out,
         progress=progress,
         verify_values=verify_mask_values,
     )
+    result.mask_provenance = {
+        f"{target.full_stem}.png": {
+            "model_type": target.model_type,
+            "model_id": target.model_id,
+            "model_variant": target.model_variant,
+            "checkpoint_sha256": target.checkpoint_sha256,
+        }
+        for target in error_targets
+    }
     result.masks_seconds = time.perf_counter() - started
     for study in studies:
         if result.rows_by_study[study.pk] == 0:
@@ -411,6 +425,7 @@ def _write_manifest(*, result: RClicksExport, studies, include_invalid: bool) ->
         "rows": result.rows,
         "preview_rows": result.preview_rows if result.previews_csv else None,
         "prev_masks": result.masks,
+        "prev_mask_provenance": result.mask_provenance,
         "studies": [
             {
                 "id": s.pk,

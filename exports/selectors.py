@@ -60,6 +60,10 @@ class ExportTarget:
     width: int
     height: int
     previous_mask_file: str
+    # Provenance of the previous mask (empty for round 1 and for targets built before it was recorded).
+    model_id: str = ""
+    model_variant: str = ""
+    checkpoint_sha256: str = ""
 
 
 def studies_for_export(*, study_ids: list[int]) -> list[Study]:
@@ -99,12 +103,16 @@ def export_targets(*, study_ids: list[int]) -> dict[int, ExportTarget]:
             "instance__image__width",
             "instance__image__height",
             "previous_mask_file",
+            "model_id",
+            "model_variant",
+            "checkpoint_sha256",
         )
     )
     targets: dict[int, ExportTarget] = {}
     for row in rows:
         (pk, study_id, number, mode, name, layout, image_stem, object_stem, click_type, model_type) = row[:10]
-        full_stem, source_device, source_index, width, height, mask_file = row[10:]
+        full_stem, source_device, source_index, width, height, mask_file = row[10:16]
+        model_id, model_variant, checkpoint_sha256 = row[16:]
         targets[pk] = ExportTarget(
             target_id=pk,
             study_id=study_id,
@@ -121,6 +129,9 @@ def export_targets(*, study_ids: list[int]) -> dict[int, ExportTarget]:
             width=width,
             height=height,
             previous_mask_file=mask_file or "",
+            model_id=model_id,
+            model_variant=model_variant,
+            checkpoint_sha256=checkpoint_sha256,
         )
     return targets
 
@@ -185,6 +196,8 @@ FULL_FIELDS = (
     "trial_id",
     "trial__position",
     "trial__phase_onsets_ms",
+    "trial__scheduled_onsets_ms",
+    "trial__load_wait_ms",
     "trial__blocked_clicks",
     "trial__flags",
     "trial__refresh_hz",

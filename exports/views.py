@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 
 from collector.models import Study
 from collector.selectors.permissions import user_can_view_study
-from exports.archive import full_file_write, rclicks_zip_write
+from exports.archive import corrective_zip_write, full_file_write, rclicks_zip_write
 from exports.full import pyarrow_available
 from exports.selectors import ExportError
 
@@ -82,3 +82,20 @@ def study_full_parquet(request: HttpRequest, study_id: int) -> HttpResponse:
 @login_required(login_url=LOGIN_URL)
 def study_full_jsonl(request: HttpRequest, study_id: int) -> HttpResponse:
     return _full(request, study_id, "jsonl")
+
+
+@require_GET
+@login_required(login_url=LOGIN_URL)
+def study_corrective_zip(request: HttpRequest, study_id: int) -> HttpResponse:
+    """``GET /exports/studies/<id>/corrective.zip``: masks (COCO RLE + PNGs), click log and report."""
+    study = _visible_study(request, study_id)
+    try:
+        handle, _ = corrective_zip_write(study_id=study.pk)
+    except ExportError as exc:
+        return _refused(exc)
+    return FileResponse(
+        handle,
+        as_attachment=True,
+        filename=f"study-{study.pk}-corrective.zip",
+        content_type="application/zip",
+    )

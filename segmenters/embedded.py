@@ -21,6 +21,14 @@ How a prediction is made (all at a working resolution, long side ``work_long_sid
    diagonal around the newest click; outside it the previous mask is kept, so a correction cannot
    undo the parts the user already accepted.
 
+Randomness: ``cv2.grabCut`` initialises its colour models with k-means, which draws from OpenCV's
+global (per-thread) random generator. Right before each ``cv2.grabCut`` call that generator is
+seeded (``cv2.setRNGSeed``, same thread) with a value derived from the predictor's ``random_seed``
+option, the image content (fingerprint taken at ``encode``), every click so far (their order,
+coordinates and signs) and the previous mask. Within a benchmark trajectory the clicks so far
+identify (instance, group, sample, click), so the same image and clicks give the same mask in any
+process, worker, resumed run or session, whatever ran before.
+
 ``encode`` converts the image once (working-resolution BGR copy and its Lab colours); ``predict``
 never touches the full-resolution image again.
 
@@ -32,6 +40,7 @@ foreground" (or a bool mask) is accepted back as ``previous_logits``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +60,7 @@ class _EmbeddedPayload:
     image_bgr: np.ndarray  # (h, w, 3) uint8 at working resolution
     lab: np.ndarray  # (h, w, 3) float32 CIE Lab of the smoothed working image
     scale: float  # working pixels per original pixel
+    fingerprint: bytes = b""  # blake2b of the working image (part of every GrabCut seed)
 
 
 @register("embedded")
@@ -73,6 +83,7 @@ class EmbeddedPredictor(Predictor):
         refine_geodesic_fraction: float = 0.15,
         refine_hard_fraction: float = 0.25,
         max_hole_fraction: float = 0.02,
+        random_seed: int = 0,
     ) -> None:
         """
         Args:
@@ -92,6 +103,8 @@ class EmbeddedPredictor(Predictor):
             distance becomes a hard constraint (0 disables).
           max_hole_fraction: background holes inside the mask smaller than this fraction of the mask
             area (and not holding a negative click) are filled.
+          random_seed: mixed into the seed of OpenCV's generator before every GrabCut call (see the
+            module docstring); changing it changes GrabCut's k-means initialisation only.
         """
         if work_long_side_px < 32:
             raise SegmenterError(f"work_long_side_px={work_long_side_px} is too small; use at least 32")
@@ -106,6 +119,7 @@ class EmbeddedPredictor(Predictor):
         self.refine_geodesic_fraction = float(refine_geodesic_fraction)
         self.refine_hard_fraction = float(refine_hard_fraction)
         self.max_hole_fraction = float(max_hole_fraction)
+        self.random_seed = int(random_seed)
 
     @property
     def model_id(self) -> str:
@@ -114,6 +128,7 @@ class EmbeddedPredictor(Predictor):
             f":g{self.first_click_geodesic_fraction:g}:b{self.border_strip_fraction:g}"
             f":l{self.refine_radius_fraction:g}:q{self.refine_geodesic_fraction:g}"
             f":k{self.refine_hard_fraction:g}:h{self.max_hole_fraction:g}"
+            + (f":s{self.random_seed}" if self.random_seed else "")
         )
 
     def encode(self, image: np.ndarray) -> Embedding:
@@ -129,7 +144,11 @@ class EmbeddedPredictor(Predictor):
         image_bgr = np.ascontiguousarray(work[:, :, ::-1])
         smoothed = cv2.GaussianBlur(work, (0, 0), 1.0).astype(np.float32) / 255.0
         lab = cv2.cvtColor(smoothed, cv2.COLOR_RGB2Lab)
-        payload = _EmbeddedPayload(image_bgr=image_bgr, lab=lab, scale=scale)
+        fingerprint = hashlib.blake2b(image_bgr.tobytes(), digest_size=16)
+        fingerprint.update(repr(image_bgr.shape).encode())
+        payload = _EmbeddedPayload(
+            image_bgr=image_bgr, lab=lab, scale=scale, fingerprint=fingerprint.digest()
+        )
         return Embedding(
             model_id=self.model_id,
             image_shape=(height, width),
@@ -157,13 +176,27 @@ class EmbeddedPredictor(Predictor):
             for click in work_clicks:
                 cv2.circle(_as_u8_view(mask), _pixel(click), round(self.click_radius_px), 0, -1)
         else:
-            mask = self._segment(payload, work_clicks, previous)
+            seed = self._grabcut_seed(payload, clicks, previous)
+            mask = self._segment(payload, work_clicks, previous, seed)
         return self._prediction(mask, (height, width))
 
     # -- steps -----------------------------------------------------------------------------------
 
+    def _grabcut_seed(
+        self, payload: _EmbeddedPayload, clicks: Sequence[Click], previous: np.ndarray | None
+    ) -> int:
+        """The 31-bit seed of OpenCV's generator for this prediction (see the module docstring)."""
+        digest = hashlib.blake2b(digest_size=8)
+        digest.update(self.random_seed.to_bytes(8, "little", signed=True))
+        digest.update(payload.fingerprint)
+        digest.update(np.asarray([(c.x, c.y, float(c.is_positive)) for c in clicks], np.float64).tobytes())
+        if previous is not None:
+            digest.update(repr(previous.shape).encode())
+            digest.update(np.packbits(previous).tobytes())
+        return int.from_bytes(digest.digest(), "little") & 0x7FFFFFFF
+
     def _segment(
-        self, payload: _EmbeddedPayload, clicks: list[Click], previous: np.ndarray | None
+        self, payload: _EmbeddedPayload, clicks: list[Click], previous: np.ndarray | None, seed: int = 0
     ) -> np.ndarray:
         work_h, work_w = payload.image_bgr.shape[:2]
         radius = max(1, round(self.click_radius_px))
@@ -179,14 +212,14 @@ class EmbeddedPredictor(Predictor):
             self._relabel_newest_click_region(payload, trimap, clicks)
             result = previous.copy()
             window = self._local_window(clicks[-1], work_h, work_w)
-            result[window] = self._grabcut(payload.image_bgr[window], trimap[window])
+            result[window] = self._grabcut(payload.image_bgr[window], trimap[window], seed)
         else:
-            result = self._grabcut(payload.image_bgr, trimap)
+            result = self._grabcut(payload.image_bgr, trimap, seed)
         result = _keep_clicked_components(result, clicks)
         return _fill_small_holes(result, clicks, self.max_hole_fraction)
 
-    def _grabcut(self, image_bgr: np.ndarray, trimap: np.ndarray) -> np.ndarray:
-        """Foreground of GrabCut started from ``trimap`` (modified in place)."""
+    def _grabcut(self, image_bgr: np.ndarray, trimap: np.ndarray, seed: int) -> np.ndarray:
+        """Foreground of GrabCut started from ``trimap`` (modified in place); OpenCV's RNG seeded first."""
         is_fg = (trimap == _FGD) | (trimap == _PR_FGD)
         if is_fg.all() or not is_fg.any():
             return is_fg
@@ -194,6 +227,7 @@ class EmbeddedPredictor(Predictor):
         fgd_model = np.zeros((1, 65), np.float64)
         labels = np.ascontiguousarray(trimap)  # windows are views; GrabCut writes into a contiguous copy
         image_bgr = np.ascontiguousarray(image_bgr)
+        cv2.setRNGSeed(seed)  # the generator is per thread: seed it in the thread that runs grabCut
         cv2.grabCut(
             image_bgr, labels, None, bgd_model, fgd_model, self.grabcut_iterations, cv2.GC_INIT_WITH_MASK
         )

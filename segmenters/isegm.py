@@ -10,12 +10,23 @@ checkpoint's config; the per-click loop is ours and follows the protocol (§7, s
 * Clicks go in as two lists, positives and negatives, of (y, x, index), each padded with
   (-1, -1, -1) to a common length; index = 0-based global click order.
 * The previous probabilities are the 4th input channel for ``with_prev_mask`` (itermask) models.
-* Zoom-in: from the second click (``skip_clicks=1``; -1 for TETRIS) the input is cropped to the
-  previous mask's box plus the positive clicks, expanded 1.4x, at least 200 px, resized to a long
-  side of 400 (600 for DAVIS); the box is kept while it holds every positive click and its IoU
-  with the new box is at least 0.5.
+* Zoom-in, RITM (``skip_clicks=1``; -1 for TETRIS): from the second click the input is cropped to
+  the previous mask's box plus the positive clicks, expanded 1.4x, at least 200 px, resized to a long
+  side of 400 (600 for DAVIS) keeping the aspect ratio; the box is kept while it holds every positive
+  click (``rmin <= y < rmax``, ``cmin <= x < cmax`` as upstream) and its IoU with the new box is at
+  least 0.5.
+* Zoom-in, SimpleClick (upstream's evaluation: ``skip_clicks=-1``, ``target_size=(448, 448)``, 672 for
+  DAVIS): from the first click (the whole image at click 1) the zoom region is resized to the fixed
+  square, whatever its aspect ratio. A plain ViT has a fixed patch grid (28x28 for the 448 models): the
+  square must be a multiple of the patch size, and when it differs from the network's own input size
+  the position embedding is interpolated (bicubic, as upstream's ``interpolate_pos_embed_inference``).
+  No other input size ever reaches the network.
 * Horizontal-flip TTA: the batch holds the image and its mirror; the two logit maps are averaged,
   then a sigmoid. Threshold 0.49.
+
+Failures of the user's clone (a missing ``mmcv``/``timm``, ``np.int`` under NumPy 2, a shape mismatch
+in its forward pass) are raised as :class:`~segmenters.base.SegmenterError` naming the fix
+(:mod:`segmenters.upstream`).
 
 ``Prediction.logits`` is an :class:`IsegmState` (full-size probabilities and the zoom box) to
 pass back as ``previous_logits``; a plain (H, W) probability array is accepted too.
@@ -24,7 +35,6 @@ pass back as ``previous_logits``; a plain (H, W) probability array is accepted t
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +48,7 @@ from segmenters.checkpoints import file_sha256, resolve_checkpoint
 from segmenters.devices import select_device
 from segmenters.images import validate_image
 from segmenters.registry import register
+from segmenters.upstream import explain, import_upstream, install_hint, upstream_errors
 
 Box = tuple[int, int, int, int]  # (row_min, row_max, col_min, col_max), inclusive
 
@@ -56,18 +67,48 @@ SIMPLECLICK_VARIANTS = {
     "vit_large": "cocolvis_vit_large.pth",
     "vit_huge": "cocolvis_vit_huge.pth",
 }
+#: SimpleClick's evaluation square (upstream ``--eval-mode cvpr``: 448, 672 for DAVIS) when the network
+#: does not say its own input size.
+SIMPLECLICK_SQUARE_PX = 448
+
+#: Modules building a checkpoint imports: the config loader, and the model class of the architecture
+#: (its module pulls the architecture's dependencies, e.g. SimpleClick's head imports timm and mmcv).
+SERIALIZATION_MODULE = "isegm.utils.serialization"
+RITM_MODEL_MODULE = "isegm.model.is_hrnet_model"
+SIMPLECLICK_MODEL_MODULE = "isegm.model.is_plainvit_model"
 
 
 def isegm_missing() -> str | None:
-    """None when an ``isegm`` package (RITM or SimpleClick clone) can be imported, else what to do."""
+    """None when an ``isegm`` package (RITM or SimpleClick clone) can be found, else what to do."""
     if importlib.util.find_spec("isegm") is None:
         return (
-            "the 'isegm' package is not installed (RITM/SimpleClick are not on PyPI): clone "
-            "https://github.com/SamsungLabs/ritm_interactive_segmentation (RITM) or "
-            "https://github.com/uncbiag/SimpleClick (SimpleClick), install its requirements and put the clone "
-            "on PYTHONPATH; or pass an already built network as model=..."
+            f"the 'isegm' package is not installed (RITM/SimpleClick are not on PyPI): {install_hint('isegm')}; "
+            "or pass an already built network as model=..."
         )
     return None
+
+
+def _clone_missing(model_module: str, label: str) -> str | None:
+    """None when the clone's config loader and ``model_module`` import, else why not and what to do."""
+    missing = isegm_missing()
+    if missing:
+        return missing
+    try:
+        import_upstream(SERIALIZATION_MODULE, package=label)
+        import_upstream(model_module, package=label)
+    except SegmenterError as error:
+        return str(error)
+    return None
+
+
+def ritm_missing() -> str | None:
+    """None when RITM checkpoints can be built here (what building imports, imports)."""
+    return _clone_missing(RITM_MODEL_MODULE, "RITM clone (isegm)")
+
+
+def simpleclick_missing() -> str | None:
+    """None when SimpleClick checkpoints can be built here (its plain-ViT model module imports)."""
+    return _clone_missing(SIMPLECLICK_MODEL_MODULE, "SimpleClick clone (isegm)")
 
 
 # -- click encoding and zoom-in geometry (pure numpy) -----------------------------------------------
@@ -142,7 +183,9 @@ def box_iou(one: Box, two: Box) -> float:
 
 
 def box_holds_positive_clicks(box: Box, clicks: Sequence[Click]) -> bool:
-    return all(box[0] <= c.y <= box[1] and box[2] <= c.x <= box[3] for c in clicks if c.is_positive)
+    """Upstream's ``check_object_roi``: every positive click has ``rmin <= y < rmax`` and ``cmin <= x < cmax``
+    (the last row and column of the box count as outside, as in RITM/SimpleClick)."""
+    return all(box[0] <= c.y < box[1] and box[2] <= c.x < box[3] for c in clicks if c.is_positive)
 
 
 @dataclass
@@ -155,7 +198,12 @@ class IsegmState:
 
 @dataclass(frozen=True)
 class ZoomIn:
-    """RITM's ZoomIn evaluation transform, as documented in the RClicks protocol §7."""
+    """RITM's ZoomIn evaluation transform, as documented in the RClicks protocol §7.
+
+    ``square=False``: the crop is resized to a long side of ``target_size_px`` (RITM, ``target_size=400``).
+    ``square=True``: the crop is resized to ``target_size_px`` x ``target_size_px`` whatever its aspect
+    ratio (SimpleClick, ``target_size=(448, 448)``).
+    """
 
     target_size_px: int = 400
     skip_clicks: int = 1
@@ -163,6 +211,7 @@ class ZoomIn:
     min_crop_size_px: int = 200
     recompute_iou: float = 0.5
     probability_threshold: float = 0.5
+    square: bool = False
 
     def choose_box(
         self, *, clicks: Sequence[Click], previous: IsegmState | None, height: int, width: int
@@ -204,9 +253,88 @@ class ZoomIn:
         )
 
     def crop_size(self, box: Box) -> tuple[int, int]:
+        """(height, width) the crop of ``box`` is resized to."""
+        if self.square:
+            return self.target_size_px, self.target_size_px
         box_h, box_w = box[1] - box[0] + 1, box[3] - box[2] + 1
         scale = self.target_size_px / max(box_h, box_w)
         return round(box_h * scale), round(box_w * scale)
+
+
+# -- plain-ViT patch grid ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchGrid:
+    """The fixed token grid of a plain-ViT backbone: input must be (rows*patch_h) x (cols*patch_w)."""
+
+    rows: int
+    cols: int
+    patch_h: int
+    patch_w: int
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return self.rows * self.patch_h, self.cols * self.patch_w
+
+
+def _pair(value) -> tuple[int, int]:
+    return (int(value[0]), int(value[1])) if isinstance(value, list | tuple) else (int(value), int(value))
+
+
+def patch_grid(net) -> PatchGrid | None:
+    """The fixed grid of ``net.backbone`` (SimpleClick's VisionTransformer layout), or None for networks
+    that take any input size (RITM's HRNet, custom networks)."""
+    backbone = getattr(net, "backbone", None)
+    patch_embed = getattr(backbone, "patch_embed", None)
+    if getattr(backbone, "pos_embed", None) is None or patch_embed is None:
+        return None
+    if getattr(patch_embed, "grid_size", None) is None or getattr(patch_embed, "patch_size", None) is None:
+        return None
+    rows, cols = _pair(patch_embed.grid_size)
+    patch_h, patch_w = _pair(patch_embed.patch_size)
+    return PatchGrid(rows=rows, cols=cols, patch_h=patch_h, patch_w=patch_w)
+
+
+def fit_position_embedding(net, *, side_px: int) -> PatchGrid:
+    """Make ``net``'s plain-ViT backbone accept ``side_px`` x ``side_px`` inputs (in place).
+
+    When the square's grid differs from the backbone's, the position tokens (all but the leading extra
+    tokens, e.g. the class token) are resized with bicubic interpolation (``align_corners=False``) and
+    the backbone's ``patch_embed.grid_size`` is set to the new grid: what upstream SimpleClick's
+    evaluation does before running a 448 model on DAVIS' 672 square. Raises SegmenterError when the
+    square is not a multiple of the patch size (no grid fits it).
+    """
+    import torch
+    import torch.nn.functional as functional
+
+    grid = patch_grid(net)
+    if grid is None:
+        raise SegmenterError("the network has no plain-ViT backbone (backbone.pos_embed/patch_embed)")
+    if side_px % grid.patch_h or side_px % grid.patch_w:
+        raise SegmenterError(
+            f"zoom-in square of {side_px} px is not a multiple of the network's {grid.patch_h}x{grid.patch_w} px "
+            f"patches: no fixed token grid fits it. Use a multiple of {grid.patch_h} (448 or 672 for SimpleClick)."
+        )
+    new_rows, new_cols = side_px // grid.patch_h, side_px // grid.patch_w
+    if (new_rows, new_cols) == (grid.rows, grid.cols):
+        return grid
+    backbone = net.backbone
+    position = backbone.pos_embed.detach()
+    extra = position.shape[1] - grid.rows * grid.cols
+    if extra < 0:
+        raise SegmenterError(
+            f"the backbone's position embedding has {position.shape[1]} tokens, fewer than its "
+            f"{grid.rows}x{grid.cols} grid: the checkpoint does not match the architecture"
+        )
+    tokens = position[:, extra:].reshape(1, grid.rows, grid.cols, -1).permute(0, 3, 1, 2)
+    tokens = functional.interpolate(tokens, size=(new_rows, new_cols), mode="bicubic", align_corners=False)
+    tokens = tokens.permute(0, 2, 3, 1).flatten(1, 2)
+    backbone.pos_embed = torch.nn.Parameter(
+        torch.cat([position[:, :extra], tokens], dim=1), requires_grad=False
+    )
+    backbone.patch_embed.grid_size = (new_rows, new_cols)
+    return PatchGrid(rows=new_rows, cols=new_cols, patch_h=grid.patch_h, patch_w=grid.patch_w)
 
 
 # -- predictor ------------------------------------------------------------------------------------
@@ -218,6 +346,10 @@ class IsegmPredictor(Predictor):
     threshold = 0.49
     variants: dict[str, str] = {}
     download_hint = ""
+    #: What the user installed, for error messages.
+    package_label = "isegm clone"
+    #: Module of the architecture's model class (imported by building and by the availability check).
+    model_module = ""
 
     def __init__(
         self,
@@ -227,7 +359,7 @@ class IsegmPredictor(Predictor):
         model: Any = None,
         checkpoint_dir: str | Path | None = None,
         device: str | None = None,
-        zoom_in_target_size_px: int = 400,
+        zoom_in_target_size_px: int | None = 400,
         zoom_in_skip_clicks: int = 1,
         with_flip: bool = True,
         clicks_limit: int | None = None,
@@ -239,17 +371,12 @@ class IsegmPredictor(Predictor):
           variant: a key of ``variants`` (picks the default file name).
           model: an already built network (``forward(image, points) -> {"instances": logits}``)
             instead of a checkpoint, e.g. a custom or randomly initialised one.
-          zoom_in_target_size_px: 400 (600 for DAVIS); 0 disables zoom-in.
+          zoom_in_target_size_px: RITM: long side of the zoom crop, 400 (600 for DAVIS), 0 disables zoom-in.
           zoom_in_skip_clicks: 1, or -1 for TETRIS (zoom from the first click).
           with_flip: horizontal-flip test-time augmentation.
           clicks_limit: feed only the first N clicks to the network (None: all).
         """
         self.device = select_device(device)
-        self.zoom_in = (
-            ZoomIn(target_size_px=zoom_in_target_size_px, skip_clicks=zoom_in_skip_clicks)
-            if zoom_in_target_size_px
-            else None
-        )
         self.with_flip = bool(with_flip)
         self.clicks_limit = clicks_limit
         if model is not None:
@@ -280,6 +407,26 @@ class IsegmPredictor(Predictor):
             self._checkpoint_hash = file_sha256(self.checkpoint_path)
             self.net = self._load_network(self.checkpoint_path)
         self.net = self.net.to(self.device).eval()
+        self.zoom_in = self._make_zoom_in(zoom_in_target_size_px, zoom_in_skip_clicks)
+        self.grid = patch_grid(self.net)
+        if self.grid is not None:
+            self._fit_grid()
+
+    def _make_zoom_in(self, target_size_px: int | None, skip_clicks: int) -> ZoomIn | None:
+        if target_size_px is None:
+            target_size_px = 400
+        return ZoomIn(target_size_px=target_size_px, skip_clicks=skip_clicks) if target_size_px else None
+
+    def _fit_grid(self) -> None:
+        """A fixed-grid network needs every input at its grid's size: only a fixed square zoom-in gives that."""
+        if self.zoom_in is None or not self.zoom_in.square:
+            raise SegmenterError(
+                f"{self.name}: the network is a plain ViT with a fixed {self.grid.rows}x{self.grid.cols} patch grid, "
+                "so it only takes inputs of one size; run it with the fixed-square zoom-in (the simpleclick "
+                "predictor, zoom_in_target_size_px=448 or 672) instead of a zoom-in that keeps the aspect ratio."
+            )
+        with upstream_errors(package=self.package_label, doing="interpolating the position embedding"):
+            self.grid = fit_position_embedding(self.net, side_px=self.zoom_in.target_size_px)
 
     def _load_network(self, path: Path):
         import torch
@@ -288,7 +435,12 @@ class IsegmPredictor(Predictor):
             # isegm checkpoints pickle their config, so weights_only loading cannot read them; only
             # load files you trust (the official releases or your own training runs).
             loaded = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as error:
+        except (ImportError, AttributeError) as error:
+            # Unpickling the config may import the clone's classes: a broken clone, not a broken file.
+            raise SegmenterError(
+                explain(error, package=self.package_label, doing=f"reading {path}")
+            ) from error
+        except Exception as error:  # torch raises several types for unreadable/foreign files
             raise CheckpointError(
                 f"cannot read checkpoint {path} for {self.name} ({self.variant}): {error}"
             ) from error
@@ -297,12 +449,21 @@ class IsegmPredictor(Predictor):
                 f"checkpoint {path} is not an isegm checkpoint (needs 'config' and 'state_dict'); predictor "
                 f"{self.name!r} expects e.g. {self.variants[self.variant]} for variant {self.variant!r}"
             )
-        load_model = importlib.import_module("isegm.utils.serialization").load_model
+        doing = f"building the network of {path.name}"
+        load_model = import_upstream(SERIALIZATION_MODULE, package=self.package_label).load_model
+        if self.model_module:
+            import_upstream(self.model_module, package=self.package_label)
+        with upstream_errors(package=self.package_label, doing=doing):
+            try:
+                net = load_model(loaded["config"])
+            except TypeError:  # SimpleClick's load_model takes eval_ritm
+                net = load_model(loaded["config"], eval_ritm=False)
         try:
-            net = load_model(loaded["config"])
-        except TypeError:  # SimpleClick's load_model takes eval_ritm
-            net = load_model(loaded["config"], eval_ritm=False)
-        result = net.load_state_dict(loaded["state_dict"], strict=False)
+            result = net.load_state_dict(loaded["state_dict"], strict=False)
+        except RuntimeError as error:  # shape mismatches raise even with strict=False
+            raise CheckpointError(
+                f"checkpoint {path} does not fit predictor {self.name!r} variant {self.variant!r}: {error}"
+            ) from error
         if result.missing_keys:
             raise CheckpointError(
                 f"checkpoint {path} does not fit predictor {self.name!r} variant {self.variant!r}: "
@@ -312,7 +473,12 @@ class IsegmPredictor(Predictor):
 
     @property
     def model_id(self) -> str:
-        zoom = "none" if self.zoom_in is None else f"{self.zoom_in.target_size_px}s{self.zoom_in.skip_clicks}"
+        if self.zoom_in is None:
+            zoom = "none"
+        else:
+            size = self.zoom_in.target_size_px
+            zoom = f"{size}x{size}" if self.zoom_in.square else f"{size}"
+            zoom = f"{zoom}s{self.zoom_in.skip_clicks}"
         return f"{self.name}:{self.variant}:zoom{zoom}:flip{int(self.with_flip)}:lim{self.clicks_limit}"
 
     @property
@@ -395,13 +561,29 @@ class IsegmPredictor(Predictor):
         import torch
         import torch.nn.functional as functional
 
+        input_size = tuple(int(side) for side in net_input.shape[2:])
+        if self.grid is not None and input_size != self.grid.input_size:
+            # Never hand a fixed-grid ViT another size: it would fail deep inside with a bare shape error.
+            raise SegmenterError(
+                f"{self.name}: refusing to run a plain ViT with a {self.grid.rows}x{self.grid.cols} patch grid on a "
+                f"{input_size[0]}x{input_size[1]} input; it takes {self.grid.input_size[0]}x{self.grid.input_size[1]} "
+                "only (the fixed-square zoom-in must resize every input to it)"
+            )
         batch, per_item = net_input, [points]
         if self.with_flip:
             input_w = net_input.shape[3]
             batch = torch.cat([net_input, torch.flip(net_input, dims=[3])], dim=0)
             per_item = [points, [(y, input_w - x - 1, positive) for y, x, positive in points]]
         points_nd = torch.from_numpy(encode_points(per_item, clicks_limit=self.clicks_limit)).to(batch.device)
-        output = self.net(batch, points_nd)
+        with upstream_errors(
+            package=self.package_label,
+            doing=f"running the network on a {tuple(batch.shape)} input",
+            fix=(
+                "Check that the clone matches the checkpoint (RITM checkpoints need an RITM clone, SimpleClick ones "
+                "a SimpleClick clone) and that the checkpoint is the variant you named."
+            ),
+        ):
+            output = self.net(batch, points_nd)
         logits = output["instances"] if isinstance(output, dict) else output
         logits = functional.interpolate(logits, size=net_input.shape[2:], mode="bilinear", align_corners=True)
         if self.with_flip:
@@ -433,7 +615,7 @@ def _module_hash(model) -> str:
     return digest.hexdigest()
 
 
-@register("ritm", requirement=isegm_missing)
+@register("ritm", requirement=ritm_missing)
 class RitmPredictor(IsegmPredictor):
     """RITM (HRNet itermask models; default variant ``hrnet18_cocolvis``)."""
 
@@ -441,13 +623,66 @@ class RitmPredictor(IsegmPredictor):
     model_type = "ritm"
     variants = RITM_VARIANTS
     download_hint = RITM_DOWNLOAD_HINT
+    package_label = "RITM clone (isegm)"
+    model_module = RITM_MODEL_MODULE
 
 
-@register("simpleclick", requirement=isegm_missing)
+@register("simpleclick", requirement=simpleclick_missing)
 class SimpleClickPredictor(IsegmPredictor):
-    """SimpleClick (plain ViT; default variant ``vit_xtiny``)."""
+    """SimpleClick (plain ViT; default variant ``vit_xtiny``) with upstream's fixed-square zoom-in."""
 
     name = "simpleclick"
     model_type = "simple"
     variants = SIMPLECLICK_VARIANTS
     download_hint = SIMPLECLICK_DOWNLOAD_HINT
+    package_label = "SimpleClick clone (isegm)"
+    model_module = SIMPLECLICK_MODEL_MODULE
+
+    def __init__(
+        self,
+        *,
+        checkpoint: str | Path | None = None,
+        variant: str | None = None,
+        model: Any = None,
+        checkpoint_dir: str | Path | None = None,
+        device: str | None = None,
+        zoom_in_target_size_px: int | None = None,
+        zoom_in_skip_clicks: int = -1,
+        with_flip: bool = True,
+        clicks_limit: int | None = None,
+    ) -> None:
+        """Options as :class:`IsegmPredictor`, except the zoom-in (upstream SimpleClick evaluation):
+
+        Args:
+          zoom_in_target_size_px: side of the fixed square every zoom region is resized to. None: the
+            network's own input size (448 for the released models); 672 for DAVIS. It must be a multiple
+            of the patch size; the position embedding is interpolated when its grid differs.
+          zoom_in_skip_clicks: -1 (zoom from the first click: the whole image resized to the square).
+        """
+        super().__init__(
+            checkpoint=checkpoint,
+            variant=variant,
+            model=model,
+            checkpoint_dir=checkpoint_dir,
+            device=device,
+            zoom_in_target_size_px=zoom_in_target_size_px,
+            zoom_in_skip_clicks=zoom_in_skip_clicks,
+            with_flip=with_flip,
+            clicks_limit=clicks_limit,
+        )
+
+    def _make_zoom_in(self, target_size_px: int | None, skip_clicks: int) -> ZoomIn | None:
+        if target_size_px == 0:
+            raise SegmenterError(
+                "simpleclick: zoom_in_target_size_px=0 would feed whole images of any size to a plain ViT with a "
+                "fixed patch grid; SimpleClick always resizes the zoom region to a fixed square (448, or 672 for DAVIS)"
+            )
+        if target_size_px is None:
+            grid = patch_grid(self.net)
+            target_size_px = grid.input_size[0] if grid is not None else SIMPLECLICK_SQUARE_PX
+            if grid is not None and grid.input_size[0] != grid.input_size[1]:
+                raise SegmenterError(
+                    f"simpleclick: the network's input is {grid.input_size[0]}x{grid.input_size[1]}, not square; "
+                    "pass zoom_in_target_size_px"
+                )
+        return ZoomIn(target_size_px=int(target_size_px), skip_clicks=skip_clicks, square=True)

@@ -70,6 +70,29 @@ def unavailable_reason(name: str) -> str | None:
     return None if entry.requirement is None else entry.requirement()
 
 
+def predictor_variants(name: str) -> list[str]:
+    """The named variants ``name`` accepts (``variant=`` option), default first; [] for predictors without
+    variants (``embedded``)."""
+    entry = _entry(name)
+    variants = list(getattr(entry.factory, "variants", None) or [])
+    default = _default_variant(entry.factory)
+    if default in variants:
+        variants.remove(default)
+        variants.insert(0, default)
+    return variants
+
+
+def _default_variant(factory) -> str | None:
+    try:
+        parameter = inspect.signature(factory).parameters.get("variant")
+    except (TypeError, ValueError):
+        return None
+    if parameter is None or not isinstance(parameter.default, str):
+        variants = getattr(factory, "variants", None)
+        return next(iter(variants)) if variants else None
+    return parameter.default
+
+
 def get_predictor(name: str, **options) -> Predictor:
     """Build the predictor registered as ``name`` with keyword ``options``.
 

@@ -1,25 +1,27 @@
 """Segment Anything (SAM) adapter: encode once per image, decode per click.
 
-Preprocessing follows the RClicks protocol (§7) and SAM's own predictor: resize the long side to
-``image_size`` (1024) with ``new = int(old * 1024 / long + 0.5)``, normalise with the ImageNet pixel
-mean/std (0..255 scale), pad bottom/right to a square. Clicks (x, y) are scaled by new/old as floats.
-Each click runs the prompt encoder and mask decoder with all clicks so far, ``multimask_output=True``;
-the mask with the highest predicted IoU is kept, and its low-resolution logits come back as
-``Prediction.logits`` to be passed as ``mask_input`` on the next click. ``previous_logits=None``
-starts a trajectory (the explicit reset the reference derived from the number of points).
+Preprocessing is upstream's (``segment_anything.utils.transforms.ResizeLongestSide`` + ``Sam.preprocess``),
+as RClicks runs it (§7): resize the long side to ``image_size`` (1024) with
+``new = int(old * 1024 / long + 0.5)`` using PIL's bilinear filter (upstream resizes a PIL image with
+torchvision's ``resize``, which calls ``PIL.Image.resize(..., BILINEAR)``; PIL's bilinear filter widens
+its support when shrinking, so OpenCV's resizes differ: on the 21 GrabCut images up to 1/255 enlarged to
+1024 px, up to 35/255 shrunk to 256 px), normalise with the ImageNet
+pixel mean/std (0..255 scale) in float32, pad bottom/right with zeros to a square. Clicks (x, y) are
+scaled by new/old as floats. Each click runs the prompt encoder and mask decoder with all clicks so
+far, ``multimask_output=True``; the mask with the highest predicted IoU is kept, and its
+low-resolution logits come back as ``Prediction.logits`` to be passed as ``mask_input`` on the next
+click. ``previous_logits=None`` starts a trajectory (the explicit reset the reference derived from
+the number of points).
 
 ``segment-anything`` 1.0's package ``__init__`` imports torchvision; only its ``modeling``
 subpackage is needed, so it is imported under a private parent module that does not run that
-``__init__`` (see :func:`import_sam_modeling`). Resizing/normalising is our own OpenCV/numpy code.
+``__init__`` (see :func:`segmenters.upstream.import_isolated_subpackage`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
-import sys
 import types
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -27,18 +29,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
+from PIL import Image
 
 from segmenters.base import CheckpointError, Click, Embedding, Prediction, Predictor, SegmenterError
 from segmenters.checkpoints import file_sha256, load_into_module, load_state_dict, resolve_checkpoint
 from segmenters.devices import select_device
 from segmenters.images import resized_long_side, validate_image
 from segmenters.registry import register
+from segmenters.upstream import import_isolated_subpackage
 
 PIXEL_MEAN = np.array([123.675, 116.28, 103.53], np.float32)  # ImageNet mean, 0..255 RGB
 PIXEL_STD = np.array([58.395, 57.12, 57.375], np.float32)
-_PRIVATE_PARENT = "_clicklab_segment_anything"
 SAM_DOWNLOAD_HINT = "https://github.com/facebookresearch/segment-anything#model-checkpoints"
 
 
@@ -77,33 +79,27 @@ _EMBED_DIM_TO_VARIANT = {arch.encoder_embed_dim: name for name, arch in SAM_VARI
 
 def sam_modeling_missing() -> str | None:
     """None when ``segment_anything.modeling`` can be imported here, else what to install."""
-    if importlib.util.find_spec("segment_anything") is None:
-        return "the 'segment-anything' package is not installed: pip install segment-anything==1.0"
     try:
         import_sam_modeling()
-    except ImportError as error:
-        return f"segment_anything.modeling cannot be imported ({error}); reinstall segment-anything==1.0"
+    except SegmenterError as error:
+        return str(error)
     return None
 
 
 def import_sam_modeling() -> types.ModuleType:
     """``segment_anything.modeling`` without running ``segment_anything/__init__`` (needs torchvision).
 
-    The subpackage only uses relative imports, so it is loaded as a child of a private stand-in
-    parent whose ``__path__`` is the installed package folder. The real name ``segment_anything``
-    is left untouched for code that has torchvision.
+    Loaded as ``_clicklab_segment_anything.modeling``; the real name ``segment_anything`` is left
+    untouched for code that has torchvision. Raises SegmenterError when the package is missing.
     """
-    name = f"{_PRIVATE_PARENT}.modeling"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec("segment_anything")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("segment_anything is not installed")
-    if _PRIVATE_PARENT not in sys.modules:
-        parent = types.ModuleType(_PRIVATE_PARENT)
-        parent.__path__ = list(spec.submodule_search_locations)
-        sys.modules[_PRIVATE_PARENT] = parent
-    return importlib.import_module(name)
+    return import_isolated_subpackage("segment_anything", "modeling", label="segment-anything")
+
+
+def resize_longest_side(image: np.ndarray, long_side_px: int) -> np.ndarray:
+    """``image`` (H, W, 3) uint8 resized so its long side is ``long_side_px``, as upstream's
+    ``ResizeLongestSide.apply_image``: ``int(old * long_side / long + 0.5)``, PIL bilinear."""
+    new_h, new_w = resized_long_side(image.shape[0], image.shape[1], long_side_px)
+    return np.array(Image.fromarray(image).resize((new_w, new_h), Image.Resampling.BILINEAR))
 
 
 def build_sam_model(architecture: SamArchitecture, *, image_encoder=None):
@@ -266,11 +262,8 @@ class SamPredictor(Predictor):
 
         validate_image(image)
         side = self.architecture.image_size
-        new_h, new_w = resized_long_side(image.shape[0], image.shape[1], side)
-        shrinking = new_h * new_w < image.shape[0] * image.shape[1]
-        resized = cv2.resize(
-            image, (new_w, new_h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
-        )
+        resized = resize_longest_side(image, side)
+        new_h, new_w = resized.shape[:2]
         normalised = (resized.astype(np.float32) - PIXEL_MEAN) / PIXEL_STD
         padded = np.zeros((side, side, 3), np.float32)
         padded[:new_h, :new_w] = normalised

@@ -1,8 +1,10 @@
 """SAM 2 / SAM 2.1 adapter over the user's installed ``sam2`` package.
 
-The ``sam2`` package needs torchvision, which this project's environment does not install; a
-researcher installs it from https://github.com/facebookresearch/sam2 (``pip install -e .`` in a
-clone, or ``pip install sam2``) together with torchvision. ``encode`` runs
+The ``sam2`` package needs torchvision and hydra-core, which this project's environment does not
+install; a researcher installs it from https://github.com/facebookresearch/sam2 (``pip install -e .``
+in a clone) together with them. The availability check imports the two modules building imports
+(``sam2.build_sam``, ``sam2.sam2_image_predictor``), so ``sam2`` is listed only when they import; their
+failures (a missing module, a checkpoint that does not fit) come as SegmenterError/CheckpointError. ``encode`` runs
 ``SAM2ImagePredictor.set_image`` once and keeps its feature dictionary; ``predict`` puts those
 features back into the predictor and calls ``predict`` with all clicks so far, the previous
 low-res logits as ``mask_input`` and ``multimask_output=False`` (RClicks protocol §7), threshold 0.5.
@@ -10,7 +12,6 @@ low-res logits as ``mask_input`` and ``multimask_output=False`` (RClicks protoco
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from segmenters.checkpoints import file_sha256, resolve_checkpoint
 from segmenters.devices import select_device
 from segmenters.images import validate_image
 from segmenters.registry import register
+from segmenters.upstream import import_upstream, install_hint, upstream_errors
 
 SAM2_DOWNLOAD_HINT = "https://github.com/facebookresearch/sam2#download-checkpoints"
 
@@ -40,13 +42,23 @@ SAM2_VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 
+SAM2_LABEL = "sam2 (SAM 2)"
+#: The modules building a SAM 2 predictor imports (and the availability check imports).
+SAM2_MODULES = ("sam2.build_sam", "sam2.sam2_image_predictor")
+
+
 def sam2_missing() -> str | None:
-    """None when the ``sam2`` package can be imported here, else what to install."""
+    """None when the modules building SAM 2 imports can be imported here, else what to install."""
     if importlib.util.find_spec("sam2") is None:
         return (
-            "the 'sam2' package is not installed: install SAM 2 from https://github.com/facebookresearch/sam2 "
-            "(it needs torchvision), then put e.g. sam2.1_hiera_large.pt in the checkpoint directory"
+            f"the 'sam2' package is not installed: {install_hint('sam2')} (it needs torchvision), then put e.g. "
+            "sam2.1_hiera_large.pt in the checkpoint directory"
         )
+    try:
+        for module in SAM2_MODULES:
+            import_upstream(module, package=SAM2_LABEL)
+    except SegmenterError as error:
+        return str(error)
     return None
 
 
@@ -63,6 +75,7 @@ class Sam2Predictor(Predictor):
     name = "sam2"
     model_type = "sam2"
     threshold = 0.5
+    variants = SAM2_VARIANTS
 
     def __init__(
         self,
@@ -100,16 +113,20 @@ class Sam2Predictor(Predictor):
             download_hint=SAM2_DOWNLOAD_HINT,
         )
         self._checkpoint_hash = file_sha256(self.checkpoint_path)
-        build_sam2 = importlib.import_module("sam2.build_sam").build_sam2
-        image_predictor_class = importlib.import_module("sam2.sam2_image_predictor").SAM2ImagePredictor
-        try:
-            model = build_sam2(self.config, str(self.checkpoint_path), device=str(self.device), mode="eval")
-        except (RuntimeError, KeyError) as error:
-            raise CheckpointError(
-                f"checkpoint {self.checkpoint_path} does not fit sam2 variant {variant!r} (config {self.config}): "
-                f"{error}. Pass the variant the file belongs to."
-            ) from error
-        self._image_predictor = image_predictor_class(model)
+        build_sam2 = import_upstream(SAM2_MODULES[0], package=SAM2_LABEL).build_sam2
+        image_predictor_class = import_upstream(SAM2_MODULES[1], package=SAM2_LABEL).SAM2ImagePredictor
+        with upstream_errors(package=SAM2_LABEL, doing=f"building {variant} from {self.config}"):
+            try:
+                model = build_sam2(
+                    self.config, str(self.checkpoint_path), device=str(self.device), mode="eval"
+                )
+            except (RuntimeError, KeyError) as error:  # a state dict of another size or layout
+                raise CheckpointError(
+                    f"checkpoint {self.checkpoint_path} does not fit sam2 variant {variant!r} (config "
+                    f"{self.config}): {error}. Pass the variant the file belongs to."
+                ) from error
+        with upstream_errors(package=SAM2_LABEL, doing="creating SAM2ImagePredictor"):
+            self._image_predictor = image_predictor_class(model)
 
     @property
     def model_id(self) -> str:
@@ -127,7 +144,7 @@ class Sam2Predictor(Predictor):
         import torch
 
         validate_image(image)
-        with torch.inference_mode():
+        with torch.inference_mode(), upstream_errors(package=SAM2_LABEL, doing="encoding the image"):
             self._image_predictor.set_image(image)
         features = self._image_predictor._features  # the predictor keeps its per-image state privately
         self._image_predictor.reset_predictor()
@@ -172,7 +189,7 @@ class Sam2Predictor(Predictor):
         predictor._is_image_set = True
         predictor._is_batch = False
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), upstream_errors(package=SAM2_LABEL, doing="decoding the clicks"):
                 masks, scores, low_res = predictor.predict(
                     point_coords=coords,
                     point_labels=labels,

@@ -23,8 +23,10 @@ def build_next_round(round_id: int) -> dict:
 
     All-or-nothing and idempotent (round N+1 is created in one transaction, guarded by the study row
     lock), so a message redelivered after a worker crash builds the round exactly once. Logs one progress
-    line per instance. Returns {"round_id": id of round N+1 or None, "created": bool, "targets": count,
-    "skipped": {instance id: reason}}.
+    line per instance. Retries database and file-system errors (transient); a segmenter that cannot run
+    (missing checkpoint or package, failing upstream code) is recorded on the round by the service and
+    shown to the researcher, who retries once it is fixed. Returns {"round_id": id of round N+1 or None,
+    "created": bool, "targets": count, "skipped": {instance id: reason}, "error": why it failed or ""}.
     """
     # Imported here: this module is imported while the Celery app loads, before Django's apps are ready.
     from collector.services.next_round import round_build_next
@@ -40,6 +42,7 @@ def build_next_round(round_id: int) -> dict:
         "created": result.created,
         "targets": new_round.targets.count() if new_round is not None else 0,
         "skipped": {str(k): v for k, v in result.skipped.items()},
+        "error": result.error,
     }
 
 

@@ -29,6 +29,11 @@ def _grabcut_present() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Every test that drives Chromium (directly or through a fixture) carries the `browser` mark, so the
+    # embedded-default run of `make test` can keep only the `embedded_smoke` ones (see the Makefile).
+    for item in items:
+        if "chromium" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
     if _grabcut_present() or os.environ.get("CI"):
         return
     gate = pytest.mark.skipif(True, reason=_MISSING_GRABCUT)
@@ -86,12 +91,19 @@ def plain_http_pages(request):
 _SHARED_WORKERS: list = []
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker):
-    """A real Celery worker process on the test database, shared by the session's tests.
+@pytest.fixture
+def celery_worker(_shared_celery_worker):
+    """A real Celery worker process on the test database, shared by the session's tests; restarted when a
+    test's MEDIA_ROOT differs from the one it was started with, so it reads the files this test wrote.
 
     Tests using it need ``@pytest.mark.django_db(transaction=True)``: the worker only sees committed rows.
     """
+    _shared_celery_worker.follow_media_root()
+    return _shared_celery_worker
+
+
+@pytest.fixture(scope="session")
+def _shared_celery_worker(django_db_setup, django_db_blocker):
     from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
 
     with django_db_blocker.unblock():

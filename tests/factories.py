@@ -224,6 +224,25 @@ def make_clicked_session(
 # --- batches through the real services (DASHBOARD) ------------------------------------------------
 
 
+def present_trials(session, *, seconds_ago: float = 30.0, positions=None) -> None:
+    """Record each trial of ``session`` (or those at ``positions``) as presented ``seconds_ago`` seconds ago,
+    as the player's ``presented`` report would have, so a click sent now is neither too early nor flagged
+    ``not_presented`` (collector.services.presentations)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from collector.models import Trial
+
+    at = (timezone.now() - timedelta(seconds=seconds_ago)).isoformat()
+    trials = Trial.objects.filter(session=session)
+    if positions is not None:
+        trials = trials.filter(position__in=positions)
+    for trial in trials:
+        trial.presentations = [{"id": f"factory-{trial.pk}", "at": at}]
+        trial.save(update_fields=["presentations"])
+
+
 def make_validated_batch(
     study,
     *,
@@ -246,6 +265,7 @@ def make_validated_batch(
     worker = worker or make_worker()
     session = session_start(study=study, worker=worker, device=device, user_agent="Mozilla/5.0 (test)")
     onsets = phase_onsets_ms or {"A": 0.0, "B": 1500.0, "C": 3500.0, "D": 5000.0}
+    present_trials(session)
     for trial in session.trials.select_related("target__instance__image").order_by("position"):
         instance = trial.target.instance
         if valid_positions is None or trial.position in valid_positions:
@@ -326,6 +346,7 @@ def complete_session(session, *, valid_clicks: int | None = None):
     trials = list(
         Trial.objects.filter(session=session).select_related("target__instance__image").order_by("position")
     )
+    present_trials(session)
     for index, trial in enumerate(trials):
         instance, image = trial.target.instance, trial.target.instance.image
         if valid_clicks is None or index < valid_clicks:

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from collector.models import Dataset, Study, Target
 from collector.researcher.forms import STUDY_FORM_FIELDS
+from collector.services.study_rules import study_settings_check
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -29,14 +30,14 @@ class StudySerializer(serializers.ModelSerializer):
         read_only_fields = ("state", "owner", "created_at", "published_at", "closed_at")
 
     def validate(self, attrs):
-        batch_size = attrs.get("batch_size", 10)
-        needed = attrs.get("min_valid_per_session", 7)
-        if needed > batch_size:
-            raise serializers.ValidationError(
-                {
-                    "min_valid_per_session": f"{needed} valid clicks cannot be reached in a batch of {batch_size}."
-                }
-            )
+        """The study form's rules (``collector.services.study_rules``), with model defaults for fields
+        the request leaves out."""
+        values = {
+            name: attrs.get(name, Study._meta.get_field(name).get_default()) for name in STUDY_FORM_FIELDS
+        }
+        problems = study_settings_check(values=values, dataset=attrs.get("dataset"))
+        if problems:
+            raise serializers.ValidationError(problems)
         return attrs
 
 
@@ -61,6 +62,10 @@ class RoundProgressSerializer(serializers.Serializer):
     state = serializers.CharField()
     targets = serializers.IntegerField()
     devices = RoundDevicesSerializer()
+    build_error = serializers.CharField(
+        allow_blank=True, help_text="Why building the next round from this round failed; empty unless it did."
+    )
+    build_failed_at = serializers.DateTimeField(allow_null=True)
 
 
 class SessionCountsSerializer(serializers.Serializer):
@@ -117,6 +122,8 @@ class MoneySerializer(serializers.Serializer):
     paid_rejected = serializers.IntegerField()
     bonuses = serializers.DecimalField(max_digits=20, decimal_places=4)
     spent = serializers.DecimalField(max_digits=20, decimal_places=4)
+    fee_fraction = serializers.DecimalField(max_digits=10, decimal_places=4)
+    spent_with_fee = serializers.DecimalField(max_digits=20, decimal_places=4)
     owed_sessions = serializers.IntegerField()
     owed = serializers.DecimalField(max_digits=20, decimal_places=4)
 
@@ -130,24 +137,30 @@ class ProgressSerializer(serializers.Serializer):
     money = MoneySerializer()
 
 
-class BudgetEstimateSerializer(serializers.Serializer):
-    source = serializers.CharField()
+class DeviceBudgetSerializer(serializers.Serializer):
     targets = serializers.IntegerField()
-    clicks_pc = serializers.IntegerField()
-    clicks_mobile = serializers.IntegerField()
-    batches_pc = serializers.IntegerField()
-    batches_mobile = serializers.IntegerField()
-    batches = serializers.IntegerField()
-    reward_per_batch = serializers.DecimalField(max_digits=30, decimal_places=4)
-    total = serializers.DecimalField(max_digits=30, decimal_places=4)
-    currency = serializers.CharField()
+    quota = serializers.IntegerField(help_text="Valid clicks wanted per target on this device.")
+    sessions_needed = serializers.IntegerField()
+    assignments = serializers.IntegerField(help_text="Paid batches bought.")
+    reward = serializers.CharField(help_text="Reward per batch (decimal string).")
+    cost = serializers.CharField(help_text="Decimal string, 2 decimals.")
 
 
 class BudgetSerializer(serializers.Serializer):
-    estimate = BudgetEstimateSerializer()
-    platform = serializers.DictField(
-        allow_null=True, help_text="collector.services.launch.study_budget_estimate, when available."
-    )
+    """``collector.selectors.budget.budget_estimate``: the one estimate of every page (formula included)."""
+
+    platform = serializers.CharField()
+    currency = serializers.CharField()
+    targets = serializers.IntegerField(help_text="Targets of the current round (round 1: one per object).")
+    valid_click_fraction = serializers.FloatField()
+    counted_fraction = serializers.FloatField()
+    fee_fraction = serializers.CharField()
+    bonus_per_counted_session = serializers.CharField()
+    devices = serializers.DictField(child=DeviceBudgetSerializer())
+    batches = serializers.IntegerField(help_text="Paid batches, all devices.")
+    total = serializers.CharField(help_text="Decimal string, 2 decimals, in currency.")
+    formula = serializers.CharField()
+    note = serializers.CharField()
 
 
 class TargetSerializer(serializers.ModelSerializer):
@@ -170,6 +183,9 @@ class TargetSerializer(serializers.ModelSerializer):
             "object_stem",
             "error_area",
             "previous_iou",
+            "model_id",
+            "model_variant",
+            "checkpoint_sha256",
             "valid_pc",
             "valid_mobile",
             "inflight_pc",
@@ -209,8 +225,14 @@ class WorkerRowSerializer(serializers.Serializer):
     counted = serializers.IntegerField()
     rejected = serializers.IntegerField()
     clicks = serializers.IntegerField()
+    judged_clicks = serializers.IntegerField(help_text="Clicks the validation has judged.")
+    pending_clicks = serializers.IntegerField(
+        help_text="Clicks not validated yet (neither valid nor invalid)."
+    )
     valid_clicks = serializers.IntegerField()
-    valid_rate = serializers.FloatField(allow_null=True)
+    valid_rate = serializers.FloatField(
+        allow_null=True, help_text="valid / judged; None while nothing is judged."
+    )
     median_reaction_ms = serializers.FloatField(allow_null=True)
     fast_clicks = serializers.IntegerField()
     blocked_clicks = serializers.IntegerField()

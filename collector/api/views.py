@@ -16,11 +16,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.models import Dataset, Study, Target
+from collector.platforms import PlatformError
 from collector.selectors import budget as budget_selectors
 from collector.selectors import pictures, progress
 from collector.selectors import targets as target_selectors
 from collector.selectors.permissions import studies_visible_to, user_can_change_study
 from collector.selectors.workers import study_worker_table
+from collector.services import launch as launch_services
 from collector.services import studies as study_services
 
 from . import serializers
@@ -101,14 +103,10 @@ class StudyDetail(ResearcherView):
 
 
 class StudyAction(ResearcherView):
-    """publish (draft/paused → published), pause (published → paused) or close; owner only."""
+    """publish (draft/paused → published; on a crowd platform: launch there), pause or close (on a
+    platform: its pools closed too); owner only. The same services as the study page's buttons."""
 
     action_name = ""
-    _services = {
-        "publish": study_services.study_publish,
-        "pause": study_services.study_pause,
-        "close": study_services.study_close,
-    }
 
     @extend_schema(
         request=None,
@@ -117,6 +115,9 @@ class StudyAction(ResearcherView):
             403: OpenApiResponse(description="Shared with you to look at; only the owner may change it."),
             404: NOT_FOUND,
             409: serializers.StudyActionErrorSerializer,
+            502: OpenApiResponse(
+                serializers.StudyActionErrorSerializer, description="The crowd platform refused or failed."
+            ),
         },
     )
     def post(self, request, study_id: int):
@@ -126,9 +127,14 @@ class StudyAction(ResearcherView):
                 f"study {study.pk} is shared with you to look at; only its owner can change it."
             )
         try:
-            study = self._services[self.action_name](study_id=study.pk)
-        except study_services.StudyStateError as error:
+            if self.action_name == "publish":
+                launch_services.study_go_live(study_id=study.pk)
+            else:
+                launch_services.study_halt(study_id=study.pk, close=self.action_name == "close")
+        except (study_services.StudyStateError, launch_services.LaunchRefused) as error:
             return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
+        except PlatformError as error:
+            return Response({"detail": str(error)}, status=status.HTTP_502_BAD_GATEWAY)
         study = Study.objects.select_related("dataset", "owner").get(pk=study.pk)
         return Response(serializers.StudySerializer(study).data)
 
@@ -157,7 +163,7 @@ class StudyProgress(ResearcherView):
 class StudyBudget(ResearcherView):
     @extend_schema(responses={200: serializers.BudgetSerializer, 404: NOT_FOUND})
     def get(self, request, study_id: int):
-        """Budget estimate: our round-1 lower bound and the platform's estimate when available."""
+        """Budget estimate of the current round, with its formula (the figure every page shows)."""
         study = self.visible_study(study_id)
         return Response(serializers.BudgetSerializer(budget_selectors.study_budget(study=study)).data)
 

@@ -64,6 +64,11 @@ class Session(models.Model):
     valid_clicks = models.PositiveSmallIntegerField(null=True, blank=True)
     quality_flags = models.JSONField(default=list, blank=True, help_text="[{code, detail}] readable reasons.")
     rejection_reason = models.TextField(blank=True, default="")
+    problems = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="[{at, status, endpoint, message, position}] refusals the player showed the annotator (first 50).",
+    )
     completion_code = models.CharField(max_length=40, blank=True, default="")
     platform_assignment_id = models.CharField(max_length=200, blank=True, default="", db_index=True)
     platform_batch_id = models.CharField(max_length=200, blank=True, default="")
@@ -82,16 +87,29 @@ class Session(models.Model):
 
 
 class Trial(models.Model):
-    """One target shown at one position of a session. ``phase_onsets_ms``: measured rAF timestamps of
-    phases A-D (performance.now() ms, session clock); ``flags``: reasons the trial is invalid."""
+    """One target shown at one position of a session. ``phase_onsets_ms``: PRESENTED onsets of phases A-D
+    (the rAF timestamp of the first frame each phase's picture was on screen; performance.now() ms, session
+    clock); ``scheduled_onsets_ms``: the onsets the player scheduled (same clock); ``load_wait_ms``: how
+    long the trial waited for its pictures before phase A; ``flags``: reasons the trial is invalid."""
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="trials")
     target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="trials")
     position = models.PositiveSmallIntegerField()
     phase_onsets_ms = models.JSONField(default=dict, blank=True)
+    scheduled_onsets_ms = models.JSONField(
+        default=dict, blank=True, help_text="Onsets the player scheduled (phase_onsets_ms: as presented)."
+    )
+    load_wait_ms = models.FloatField(
+        default=0.0, help_text="Time the trial waited for its pictures to decode before phase A."
+    )
     blocked_clicks = models.PositiveSmallIntegerField(default=0, help_text="Clicks tried during phases A-C.")
     flags = models.JSONField(default=list, blank=True)
     refresh_hz = models.FloatField(null=True, blank=True)
+    presentations = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="[{id, at}] each time the player reported showing this trial (more than one: a replay).",
+    )
 
     class Meta:
         ordering = ["session_id", "position"]

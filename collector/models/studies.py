@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -26,6 +27,30 @@ class Platform(models.TextChoices):
     TOLOKA = "toloka", "Toloka"
     PROLIFIC = "prolific", "Prolific"
     MTURK = "mturk", "Amazon Mechanical Turk"
+
+
+class StudyKind(models.TextChoices):
+    TIMED = "timed", "Timed click study"
+    CORRECTIVE = "corrective", "Corrective-click campaign"
+
+
+class CorrectiveInit(models.TextChoices):
+    BOX = "box", "Box (GrabCut from the object's bounding box)"
+    FIRST_CLICK = "first_click", "The worker's first click"
+
+
+def validate_segmenter_key(value: str) -> None:
+    """A study's next-round segmenter must be one the site can run: ``embedded``, a key of
+    ``settings.SEGMENTER_CHECKPOINTS``, a predictor name or ``predictor:variant`` (segmenters/checkpoints.py)."""
+    if not value:
+        return
+    from segmenters.base import SegmenterError
+    from segmenters.checkpoints import segmenter_choice
+
+    try:
+        segmenter_choice(value, settings.SEGMENTER_CHECKPOINTS)
+    except SegmenterError as error:
+        raise ValidationError(str(error)) from None
 
 
 class Study(models.Model):
@@ -92,6 +117,39 @@ class Study(models.Model):
     max_rounds = models.PositiveSmallIntegerField(
         default=2, help_text="Round 1 (first clicks) + corrections."
     )
+    next_round_segmenter = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        validators=[validate_segmenter_key],
+        help_text=(
+            "Model, variant and checkpoint that make the previous masks of the next rounds: embedded or a key of "
+            "the site's SEGMENTER_CHECKPOINTS (e.g. sam:vit_b). Empty: the site default (NEXT_ROUND_SEGMENTERS)."
+        ),
+    )
+    # --- study kind (issue 17): timed first clicks (RClicks) or corrective-click campaigns (seed 001) ---
+    kind = models.CharField(
+        max_length=20,
+        choices=StudyKind.choices,
+        default=StudyKind.TIMED,
+        help_text="Timed: one timed click per target. Corrective: workers correct a model's mask round by round.",
+    )
+    corrective_init = models.CharField(
+        max_length=20,
+        choices=CorrectiveInit.choices,
+        default=CorrectiveInit.BOX,
+        help_text="Corrective studies: the initial mask comes from the object's box or from the worker's first click.",
+    )
+    corrective_rounds = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(20)],
+        help_text="Corrective studies: rounds of clicks per instance (a model update after each).",
+    )
+    corrective_clicks_per_round = models.PositiveSmallIntegerField(
+        default=4,
+        validators=[MinValueValidator(1), MaxValueValidator(50)],
+        help_text="Corrective studies: most clicks a worker may place in one round.",
+    )
     platform = models.CharField(max_length=20, choices=Platform.choices, default=Platform.LINK)
     platform_config = models.JSONField(default=dict, blank=True)
     reward_per_batch = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal("0.02"))
@@ -110,6 +168,10 @@ class Study(models.Model):
     def phase_b_ms(self) -> int:
         return self.text_ms if self.display_mode == DisplayMode.TEXT_DESCRIPTION else self.target_ms
 
+    @property
+    def is_corrective(self) -> bool:
+        return self.kind == StudyKind.CORRECTIVE
+
     def quota_for(self, device: str) -> int:
         return self.quota_pc if device == "pc" else self.quota_mobile
 
@@ -125,6 +187,12 @@ class Round(models.Model):
     state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    build_error = models.TextField(
+        blank=True,
+        default="",
+        help_text="Why building the next round from this round failed (empty unless it failed); shown to researchers.",
+    )
+    build_failed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["study_id", "number"]
@@ -149,6 +217,17 @@ class Target(models.Model):
     click_type = models.CharField(max_length=5, choices=ClickType.choices, default=ClickType.FIRST)
     model_type = models.CharField(
         max_length=20, blank=True, default="", help_text="Segmenter of the previous mask."
+    )
+    # Provenance of the previous mask (segmenters.provenance.MaskProvenance): which weights made it.
+    model_id = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        help_text="Predictor.model_id of the previous mask's segmenter.",
+    )
+    model_variant = models.CharField(max_length=100, blank=True, default="")
+    checkpoint_sha256 = models.CharField(
+        max_length=64, blank=True, default="", help_text="sha256 of its checkpoint file (empty: no weights)."
     )
     full_stem = models.CharField(max_length=400, help_text="RClicks task key (see rclicks-protocol §1.1).")
     previous_mask_file = models.FileField(max_length=500, blank=True, default="")

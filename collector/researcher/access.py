@@ -7,6 +7,7 @@ from functools import wraps
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 
 from collector.models import Study
@@ -24,6 +25,22 @@ def researcher_required(view):
             raise PermissionDenied(
                 "This area is for researchers: ask an administrator to make your account staff or add it "
                 "to the group 'researchers'."
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def researcher_json(view):
+    """For JSON endpoints of the area: 401 / 403 as JSON bodies instead of the login redirect."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return JsonResponse({"error": "log in to the researcher area first."}, status=401)
+        if not user_is_researcher(request.user):
+            return JsonResponse(
+                {"error": "this is for researchers (staff or group 'researchers')."}, status=403
             )
         return view(request, *args, **kwargs)
 

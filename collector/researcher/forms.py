@@ -5,6 +5,8 @@ from __future__ import annotations
 from django import forms
 
 from collector.models import Study
+from collector.selectors.segmenters import segmenter_options
+from collector.services.study_rules import STUDY_RULES
 
 STUDY_FORM_FIELDS = (
     "name",
@@ -24,7 +26,13 @@ STUDY_FORM_FIELDS = (
     "platform",
     "reward_per_batch",
     "currency",
+    "next_round_segmenter",
+    "kind",
+    "corrective_init",
+    "corrective_rounds",
+    "corrective_clicks_per_round",
 )
+CORRECTIVE_FORM_FIELDS = ("kind", "corrective_init", "corrective_rounds", "corrective_clicks_per_round")
 
 
 class StudyForm(forms.ModelForm):
@@ -46,14 +54,54 @@ class StudyForm(forms.ModelForm):
             "min_reaction_ms": "Fast-click threshold (ms)",
             "session_timeout_s": "Session timeout (s)",
             "reward_per_batch": "Reward per batch",
+            "next_round_segmenter": "Segmenter of the next rounds",
+            "kind": "Study kind",
+            "corrective_init": "Initial mask",
+            "corrective_rounds": "Rounds per instance",
+            "corrective_clicks_per_round": "Clicks per round",
         }
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The site's checkpoints are configuration (SEGMENTER_CHECKPOINTS), so the choices are read per form.
+        field = self.fields["next_round_segmenter"]
+        self.fields["next_round_segmenter"] = forms.ChoiceField(
+            choices=segmenter_options(),
+            required=False,
+            label=field.label,
+            help_text=(
+                "Model, variant and checkpoint that predict the previous masks (fn/fp targets) of the rounds after "
+                "round 1. The list is the site's SEGMENTER_CHECKPOINTS."
+            ),
+        )
+
+        # The campaign settings (issue 17) keep their model defaults when a form leaves them out.
+        for name in CORRECTIVE_FORM_FIELDS:
+            self.fields[name].required = False
+
+    def clean_kind(self):
+        return self.cleaned_data.get("kind") or Study._meta.get_field("kind").get_default()
+
+    def clean_corrective_init(self):
+        return (
+            self.cleaned_data.get("corrective_init") or Study._meta.get_field("corrective_init").get_default()
+        )
+
+    def clean_corrective_rounds(self):
+        value = self.cleaned_data.get("corrective_rounds")
+        return Study._meta.get_field("corrective_rounds").get_default() if value is None else value
+
+    def clean_corrective_clicks_per_round(self):
+        value = self.cleaned_data.get("corrective_clicks_per_round")
+        return Study._meta.get_field("corrective_clicks_per_round").get_default() if value is None else value
+
     def clean(self):
+        """Each rule of ``collector.services.study_rules.STUDY_RULES`` (one function per rule, checked
+        against the chosen dataset) adds its messages to the field at fault; a field with an error leaves
+        ``cleaned_data``, so later rules do not judge it again."""
         cleaned = super().clean()
-        batch_size, needed = cleaned.get("batch_size"), cleaned.get("min_valid_per_session")
-        if batch_size and needed is not None and needed > batch_size:
-            self.add_error(
-                "min_valid_per_session",
-                f"{needed} valid clicks cannot be reached in a batch of {batch_size}; lower it or raise the batch size.",
-            )
+        for rule in STUDY_RULES:
+            for field, message in rule(cleaned, cleaned.get("dataset")):
+                if field in cleaned:
+                    self.add_error(field, message)
         return cleaned

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import media, views
 
 app_name = "researcher"
 urlpatterns = [
@@ -14,6 +14,7 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page="researcher:login"), name="logout"),
     path("", views.study_list, name="study_list"),
+    path("studies/live/", views.study_list_live, name="study_list_live"),
     path("studies/new/", views.study_create, name="study_create"),
     path("studies/new/estimate/", views.budget_estimate, name="budget_estimate"),
     path(
@@ -27,8 +28,22 @@ urlpatterns = [
             {"action": action},
             name=f"study_{action}",
         )
-        for action in ("publish", "pause", "close")
+        for action in ("publish", "pause", "close", "sync")
     ],
+    path(
+        "studies/<int:study_id>/rounds/<int:round_id>/retry-build/",
+        views.round_retry_build,
+        name="round_retry_build",
+    ),
+    path("studies/<int:study_id>/live/", views.study_live, name="study_live"),
+    path("studies/<int:study_id>/preview/check", views.preview_check, name="preview_check"),
+    path("studies/<int:study_id>/sessions/", views.session_list, name="session_list"),
+    path("studies/<int:study_id>/sessions/<int:session_id>/", views.session_detail, name="session_detail"),
+    path(
+        "studies/<int:study_id>/sessions/<int:session_id>/review/",
+        views.session_review,
+        name="session_review",
+    ),
     path("studies/<int:study_id>/charts/<str:kind>.png", views.study_chart, name="study_chart"),
     path("studies/<int:study_id>/targets/", views.target_list, name="target_list"),
     path("studies/<int:study_id>/targets/<int:target_id>/", views.target_detail, name="target_detail"),
@@ -38,4 +53,6 @@ urlpatterns = [
         name="target_heatmap",
     ),
     path("studies/<int:study_id>/workers/", views.worker_table, name="worker_table"),
+    # MEDIA_URL points here: files under MEDIA_ROOT only through this login-checked view
+    path("files/<path:name>", media.media_file, name="media_file"),
 ]

@@ -2,39 +2,81 @@
 
 from __future__ import annotations
 
+import json
+import math
 from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from collector.models import Dataset, DisplayMode, Instance, Target
+from collector.models import Dataset, DisplayMode, Instance, PlatformCampaign, Round, Session, Target
+from collector.models.studies import Platform, Study
+from collector.platforms import PlatformError, get_adapter
 from collector.selectors import budget as budget_selectors
+from collector.selectors import corrective as corrective_selectors
+from collector.selectors import links as link_selectors
 from collector.selectors import pictures, progress
+from collector.selectors import segmenters as segmenter_selectors
+from collector.selectors import session_detail as session_selectors
 from collector.selectors import targets as target_selectors
 from collector.selectors.permissions import studies_visible_to, user_can_change_study
+from collector.selectors.preview import preview_click_check
 from collector.selectors.workers import study_worker_table
+from collector.services import launch as launch_services
+from collector.services import next_round as next_round_services
 from collector.services import studies as study_services
+from collector.services.validation import ValidationError as MaskMissing
 
-from .access import changeable_study_or_403, researcher_required, visible_study_or_404
+from .access import changeable_study_or_403, researcher_json, researcher_required, visible_study_or_404
 from .forms import StudyForm
+
+#: How often the study page and the study list ask for fresh numbers (see ``study_live``).
+LIVE_POLL_MS = 5000
+RECENT_SESSIONS = 15
+SESSIONS_PER_PAGE = 100
 
 PNG_HEADERS = {"Cache-Control": "private, max-age=30"}
 
 
-@researcher_required
-def study_list(request):
-    studies = (
-        studies_visible_to(request.user)
+def _study_list_rows(user) -> list[dict]:
+    studies = list(
+        studies_visible_to(user)
         .select_related("dataset", "owner")
         .annotate(n_sessions=Count("sessions"))
         .order_by("-created_at")
     )
-    return render(request, "researcher/study_list.html", {"studies": studies})
+    summary = progress.studies_progress_summary(study_ids=[study.pk for study in studies])
+    return [{"study": study, "progress": summary[study.pk]} for study in studies]
+
+
+@researcher_required
+def study_list(request):
+    return render(
+        request,
+        "researcher/study_list.html",
+        {"rows": _study_list_rows(request.user), "poll_ms": LIVE_POLL_MS},
+    )
+
+
+@never_cache
+@researcher_required
+@require_GET
+def study_list_live(request):
+    """The study list's rows as HTML (polled by ``static/researcher/live.js``)."""
+    rows = _study_list_rows(request.user)
+    html = render_to_string("researcher/_study_rows.html", {"rows": rows}, request=request)
+    return JsonResponse({"html": {"study-rows": html}, "at": timezone.now().isoformat()})
 
 
 def _dataset_choices() -> list[dict]:
@@ -92,7 +134,8 @@ def _int_param(request, name: str, default: int) -> int:
 @researcher_required
 @require_GET
 def budget_estimate(request):
-    """JSON estimate for the form (GET parameters: dataset, quota_pc, quota_mobile, batch_size, reward)."""
+    """JSON estimate for the form (GET parameters: dataset, quota_pc, quota_mobile, batch_size, reward,
+    currency, platform): ``collector.selectors.budget.budget_estimate``, the one formula of every page."""
     dataset = Dataset.objects.filter(pk=_int_param(request, "dataset", 0)).first()
     if dataset is None:
         return JsonResponse({"error": "choose a dataset first."}, status=400)
@@ -103,6 +146,9 @@ def budget_estimate(request):
     batch_size = _int_param(request, "batch_size", 10)
     if batch_size < 1:
         return JsonResponse({"error": "trials per batch must be at least 1."}, status=400)
+    platform = request.GET.get("platform") or Platform.LINK
+    if platform not in Platform.values:
+        return JsonResponse({"error": f"platform {platform!r} is unknown."}, status=400)
     estimate = budget_selectors.budget_estimate(
         targets=Instance.objects.filter(image__dataset=dataset).count(),
         quota_pc=_int_param(request, "quota_pc", 25),
@@ -110,10 +156,9 @@ def budget_estimate(request):
         batch_size=batch_size,
         reward_per_batch=reward,
         currency=(request.GET.get("currency") or "USD")[:3],
+        platform=platform,
     )
-    return JsonResponse(
-        {key: str(value) if isinstance(value, Decimal) else value for key, value in estimate.items()}
-    )
+    return JsonResponse(estimate)
 
 
 @researcher_required
@@ -132,41 +177,178 @@ def instance_preview(request, instance_id: int, mode: str):
     return HttpResponse(png, content_type="image/png", headers=PNG_HEADERS)
 
 
+def _study_actions(study: Study, campaign: PlatformCampaign | None) -> list[dict]:
+    """The buttons the study page offers the owner now: ``{"action", "label", "style", "confirm"}``."""
+    platform = study.platform != Platform.LINK
+    name = study.get_platform_display()
+    launched = campaign is not None and campaign.state == PlatformCampaign.State.OPEN
+    actions = []
+    if study.state == Study.State.DRAFT:
+        actions.append({"action": "publish", "label": f"Launch on {name}" if platform else "Publish"})
+    elif study.state == Study.State.PAUSED:
+        actions.append({"action": "publish", "label": f"Resume on {name}" if platform else "Publish again"})
+    elif study.state == Study.State.PUBLISHED and platform and not launched:
+        actions.append({"action": "publish", "label": f"Finish the launch on {name}"})
+    if study.state == Study.State.PUBLISHED:
+        actions.append({"action": "pause", "label": "Pause recruiting" if platform else "Pause"})
+    if campaign is not None:
+        actions.append({"action": "sync", "label": f"Sync with {name} now"})
+    if study.state != Study.State.CLOSED:
+        actions.append(
+            {"action": "close", "label": "Close", "style": "danger", "confirm": "Close this study for good?"}
+        )
+    return actions
+
+
+def _live_context(study: Study, *, can_change: bool) -> dict:
+    """What the live part of the study page shows (re-rendered by ``study_live``)."""
+    campaign = PlatformCampaign.objects.filter(study=study).first()
+    platform = launch_services.study_platform_status(study=study) if study.platform != Platform.LINK else None
+    return {
+        "study": study,
+        "progress": progress.study_progress(study=study),
+        "budget": budget_selectors.study_budget(study=study),
+        "campaign": campaign,
+        "platform": platform,
+        "recent_sessions": session_selectors.study_sessions(study=study)[:RECENT_SESSIONS],
+        "payment_rule": progress.session_payment_state.__doc__,
+        "mask_provenance": segmenter_selectors.study_mask_provenance(study=study),
+        "corrective": corrective_selectors.study_corrective_summary(study=study),
+        "can_change": can_change,
+        "updated_at": timezone.now(),
+    }
+
+
 @researcher_required
 def study_detail(request, study_id: int):
     study = visible_study_or_404(user=request.user, study_id=study_id)
-    context = {
-        "study": study,
-        "can_change": user_can_change_study(request.user, study),
-        "progress": progress.study_progress(study=study),
-        "budget": budget_selectors.study_budget(study=study),
-        "chart_kinds": pictures.CHART_KINDS,
-        "payment_rule": progress.session_payment_state.__doc__,
-    }
+    can_change = user_can_change_study(request.user, study)
+    context = _live_context(study, can_change=can_change)
+    context.update(
+        {
+            "segmenter_label": segmenter_selectors.study_segmenter_label(study=study),
+            "actions": _study_actions(study, context["campaign"]) if can_change else [],
+            "chart_kinds": pictures.CHART_KINDS,
+            "links": (
+                link_selectors.study_annotator_links(study=study) if study.platform == Platform.LINK else []
+            ),
+            "links_loopback": link_selectors.public_base_is_loopback(),
+            "public_base_url": settings.PUBLIC_BASE_URL,
+            "poll_ms": LIVE_POLL_MS,
+        }
+    )
     return render(request, "researcher/study_detail.html", context)
 
 
-_ACTIONS = {
-    "publish": study_services.study_publish,
-    "pause": study_services.study_pause,
-    "close": study_services.study_close,
-}
+@researcher_required
+@require_POST
+def round_retry_build(request, study_id: int, round_id: int):
+    """Send a failed next-round build again (owner only), after the reason shown on the page was fixed."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    if not Round.objects.filter(pk=round_id, study=study).exists():
+        raise Http404(f"round {round_id} is not part of study {study.pk}")
+    if next_round_services.round_build_retry(round_id=round_id):
+        messages.success(request, "The build of the next round was sent again; this page shows how it went.")
+    else:
+        messages.error(request, "Nothing to retry: that build has not failed, or its round exists already.")
+    return redirect("researcher:study_detail", study_id=study.pk)
+
+
+@never_cache
+@researcher_required
+@require_GET
+def study_live(request, study_id: int):
+    """The live part of the study page as HTML, and the study's state (polled every ``LIVE_POLL_MS``).
+
+    Polling, not server-sent events: in production the web runs on gunicorn's sync workers, where an open
+    event stream holds a whole worker for as long as a researcher keeps the page open, so a few open tabs
+    would leave annotators' clicks waiting. A poll is one short request (a bounded number of queries)."""
+    study = visible_study_or_404(user=request.user, study_id=study_id)
+    context = _live_context(study, can_change=user_can_change_study(request.user, study))
+    html = render_to_string("researcher/_study_live.html", context, request=request)
+    return JsonResponse({"state": study.state, "html": {"live": html}, "at": timezone.now().isoformat()})
 
 
 @researcher_required
 @require_POST
 def study_action(request, study_id: int, action: str):
+    """publish (or launch / resume on the platform), pause, close, sync; owner only. The message says what
+    happened, or exactly what is missing."""
     study = changeable_study_or_403(user=request.user, study_id=study_id)
-    service = _ACTIONS.get(action)
-    if service is None:
-        raise Http404(f"unknown action {action!r}")
     try:
-        study = service(study_id=study.pk)
-    except study_services.StudyStateError as error:
+        if action == "publish":
+            outcome = launch_services.study_go_live(study_id=study.pk)
+        elif action in ("pause", "close"):
+            outcome = launch_services.study_halt(study_id=study.pk, close=action == "close")
+        elif action == "sync":
+            outcome = launch_services.study_sync_request(study_id=study.pk)
+        else:
+            raise Http404(f"unknown action {action!r}")
+    except (study_services.StudyStateError, launch_services.LaunchRefused) as error:
         messages.error(request, str(error))
+    except PlatformError as error:
+        state = Study.objects.get(pk=study.pk).state
+        where = get_adapter(study.platform).name
+        if action == "publish" and state == Study.State.PUBLISHED:
+            tail = (
+                f"The study is published here but not live on {where} yet: fix this, then press “Finish the "
+                "launch” (safe to repeat: what exists is not created twice)."
+            )
+        elif action == "publish":
+            tail = f"Nothing was launched; the study is still {state}."
+        else:
+            tail = f"The study is {state}."
+        messages.error(request, f"{where}: {error} {tail}")
     else:
-        messages.success(request, f"Study is now {study.state}.")
+        messages.success(request, outcome)
     return redirect("researcher:study_detail", study_id=study.pk)
+
+
+@csrf_exempt  # writes nothing: it answers a question about the study's own masks (see the docstring)
+@researcher_json
+@require_POST
+def preview_check(request, study_id: int):
+    """``POST {target_id, x, y}`` (canonical image px) → ``{valid, distance_px, radius_px, reason, message}``:
+    would this click count? The preview player asks it after each click.
+
+    Needs the researcher's login (401/403/404 as JSON otherwise). CSRF-exempt on purpose: it changes
+    nothing, and its answer cannot be read by another site (no CORS), so a forged request gains nothing;
+    the player page need not carry a CSRF token for it."""
+    try:
+        study = visible_study_or_404(user=request.user, study_id=study_id)
+    except Http404:
+        return JsonResponse(
+            {"error": f"study {study_id} does not exist or is not shared with you."}, status=404
+        )
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return JsonResponse({"error": "the body must be JSON: {target_id, x, y}."}, status=400)
+    if not isinstance(data, dict):
+        return JsonResponse({"error": "the body must be a JSON object: {target_id, x, y}."}, status=400)
+    target_id = data.get("target_id")
+    if not isinstance(target_id, int) or isinstance(target_id, bool):
+        return JsonResponse({"error": f"target_id={target_id!r} must be an integer."}, status=400)
+    coordinates = {}
+    for name in ("x", "y"):
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return JsonResponse(
+                {"error": f"{name}={value!r} must be a finite number (image px)."}, status=400
+            )
+        coordinates[name] = float(value)
+    target = (
+        Target.objects.select_related("instance__image", "round__study")
+        .filter(pk=target_id, round__study=study)
+        .first()
+    )
+    if target is None:
+        return JsonResponse({"error": f"target {target_id} is not part of study {study.pk}."}, status=404)
+    try:
+        verdict = preview_click_check(target=target, **coordinates)
+    except MaskMissing as error:
+        return JsonResponse({"error": str(error)}, status=500)
+    return JsonResponse(verdict)
 
 
 @researcher_required
@@ -224,3 +406,53 @@ def worker_table(request, study_id: int):
     return render(
         request, "researcher/worker_table.html", {"study": study, "workers": study_worker_table(study=study)}
     )
+
+
+@researcher_required
+def session_list(request, study_id: int):
+    study = visible_study_or_404(user=request.user, study_id=study_id)
+    show = request.GET.get("show", "")
+    page = Paginator(session_selectors.study_sessions(study=study, show=show), SESSIONS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    return render(
+        request,
+        "researcher/session_list.html",
+        {"study": study, "page": page, "show": show, "filters": session_selectors.SESSION_FILTERS},
+    )
+
+
+@researcher_required
+def session_detail(request, study_id: int, session_id: int):
+    study = visible_study_or_404(user=request.user, study_id=study_id)
+    try:
+        detail = session_selectors.session_detail(study=study, session_id=session_id)
+    except Session.DoesNotExist:
+        raise Http404(f"session {session_id} is not part of study {study.pk}") from None
+    detail.update({"study": study, "can_change": user_can_change_study(request.user, study)})
+    return render(request, "researcher/session_detail.html", detail)
+
+
+@researcher_required
+@require_POST
+def session_review(request, study_id: int, session_id: int):
+    """Approve or reject a finished session by hand (owner only); recorded with who and when, and sent to
+    the platform where it supports it."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    if not Session.objects.filter(pk=session_id, study=study).exists():
+        raise Http404(f"session {session_id} is not part of study {study.pk}")
+    try:
+        review = launch_services.session_review(
+            session_id=session_id,
+            decision=request.POST.get("decision", ""),
+            reason=request.POST.get("reason", ""),
+            reviewed_by=request.user,
+        )
+    except launch_services.ReviewRefused as error:
+        messages.error(request, str(error))
+    else:
+        outcome = f" {review.platform_outcome}" if review.platform_outcome else ""
+        messages.success(
+            request, f"Session {session_id} {review.decision}d by {request.user.get_username()}.{outcome}"
+        )
+    return redirect("researcher:session_detail", study_id=study.pk, session_id=session_id)

@@ -1,17 +1,43 @@
-"""Budget estimate before launch: what collecting a study's quotas costs at the least.
+"""The budget: one estimate, one formula, used everywhere a cost is shown or checked.
 
-The platform engineer's ``collector.services.launch.study_budget_estimate`` (platform fees, per-platform
-rules) is used when it exists; :func:`budget_estimate` is our own platform-neutral lower bound, shown
-beside it and used alone when it is missing.
+The study form (live, before the study exists), the study page, the researcher API, ``launch_study`` and
+the launch's ``max_budget`` check all call :func:`budget_estimate`, so a researcher never sees two figures.
+Per device class (pc, mobile) with a quota::
+
+    sessions    = ceil(targets × quota ÷ (batch_size × expected valid-click fraction))
+    paid_batches = ceil(sessions ÷ expected counted fraction)
+    cost        = (paid_batches × reward_per_batch + sessions × bonus_per_counted_session) × (1 + platform fee)
+
+and the total is the sum over devices. The fractions default to 0.9 and 0.8 (planning values; a study
+overrides them in ``platform_config`` as ``expected_valid_click_fraction`` / ``expected_counted_fraction``),
+the fee is the platform's (``fee_fraction`` in ``platform_config`` overrides it; 0 for standalone links),
+the bonus is ``platform_config["bonus_per_counted_session"]`` (default 0). ``targets`` is the current
+round's target count (round 1: one per object); correction rounds are built from round 1's clicks and are
+not known in advance, so they are not included. Money is Decimal, rounded to cents per device.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from decimal import Decimal
 
 from collector.models import Instance, Study
+
+DEVICES = ("pc", "mobile")
+DEFAULT_VALID_CLICK_FRACTION = 0.9
+DEFAULT_COUNTED_FRACTION = 0.8
+#: Below this a planning fraction would make the estimate explode; it is clamped here.
+MIN_FRACTION = 0.05
+CENT = Decimal("0.01")
+NOTE = "current round only; correction rounds are built from its clicks and cost extra."
+
+
+def _fraction(value, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return min(1.0, max(MIN_FRACTION, number))
 
 
 def budget_estimate(
@@ -22,56 +48,88 @@ def budget_estimate(
     batch_size: int,
     reward_per_batch: Decimal,
     currency: str = "USD",
+    platform: str = "link",
+    platform_config: dict | None = None,
 ) -> dict:
-    """Lower bound of the first round's cost: batches = ceil(targets × quota / batch_size) per device
-    (each batch yields at most ``batch_size`` valid clicks), cost = batches × reward_per_batch.
+    """The estimate (see the module docstring for the formula) for these settings.
 
-    Correction rounds (their targets are only known once round 1 is in) and platform fees are not
-    included; rejected batches that a platform pays anyway raise the real cost."""
+    Returns ``{"platform", "currency", "targets", "valid_click_fraction", "counted_fraction", "fee_fraction",
+    "bonus_per_counted_session", "devices": {device: {"targets", "quota", "sessions_needed", "assignments",
+    "reward", "cost"}}, "batches" (paid batches, all devices), "total", "formula", "note"}``; money values are
+    Decimal strings with two decimals (``reward`` as given). Devices with quota 0, or left out of
+    ``platform_config["devices"]``, are not recruited and not listed. Raises ValueError for batch_size < 1.
+    """
+    from collector.platforms import get_adapter
+
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: a batch needs at least one trial.")
-    batches_pc = math.ceil(targets * quota_pc / batch_size)
-    batches_mobile = math.ceil(targets * quota_mobile / batch_size)
-    batches = batches_pc + batches_mobile
+    config = platform_config or {}
+    click_fraction = _fraction(config.get("expected_valid_click_fraction"), DEFAULT_VALID_CLICK_FRACTION)
+    counted_fraction = _fraction(config.get("expected_counted_fraction"), DEFAULT_COUNTED_FRACTION)
+    fee = Decimal(str(config.get("fee_fraction", get_adapter(platform).fee_fraction)))
+    bonus = Decimal(str(config.get("bonus_per_counted_session", "0")))
     reward = Decimal(reward_per_batch)
+    wanted = config.get("devices") or list(DEVICES)
+    quotas = {"pc": quota_pc, "mobile": quota_mobile}
+    per_device, total, paid_batches = {}, Decimal("0"), 0
+    for device in DEVICES:
+        if device not in wanted or quotas[device] <= 0:
+            continue
+        sessions = math.ceil(targets * quotas[device] / (batch_size * click_fraction))
+        assignments = math.ceil(sessions / counted_fraction) if sessions else 0
+        cost = ((assignments * reward + sessions * bonus) * (1 + fee)).quantize(CENT)
+        per_device[device] = {
+            "targets": targets,
+            "quota": quotas[device],
+            "sessions_needed": sessions,
+            "assignments": assignments,
+            "reward": str(reward),
+            "cost": str(cost),
+        }
+        total += cost
+        paid_batches += assignments
+    formula = (
+        f"per device: sessions = ⌈targets × quota ÷ (batch size {batch_size} × {click_fraction:g} valid clicks)⌉; "
+        f"paid batches = ⌈sessions ÷ {counted_fraction:g} counted⌉; cost = (paid batches × {reward} "
+        f"+ sessions × bonus {bonus}) × (1 + fee {fee})"
+    )
     return {
-        "source": "clicklab lower bound: targets × quota / batch_size × reward (round 1, no platform fees)",
-        "targets": targets,
-        "clicks_pc": targets * quota_pc,
-        "clicks_mobile": targets * quota_mobile,
-        "batches_pc": batches_pc,
-        "batches_mobile": batches_mobile,
-        "batches": batches,
-        "reward_per_batch": reward,
-        "total": reward * batches,
+        "platform": platform,
         "currency": currency,
+        "targets": targets,
+        "valid_click_fraction": click_fraction,
+        "counted_fraction": counted_fraction,
+        "fee_fraction": str(fee),
+        "bonus_per_counted_session": str(bonus),
+        "devices": per_device,
+        "batches": paid_batches,
+        "total": str(total.quantize(CENT)),
+        "formula": formula,
+        "note": NOTE,
     }
 
 
 def study_target_count(*, study: Study) -> int:
-    """Round-1 targets of the study: its round 1 once published, else the dataset's instances."""
-    round_1 = study.rounds.filter(number=1).first() if study.pk else None
-    if round_1 is not None:
-        return round_1.targets.count()
+    """Targets of the study's current round: its open round (else its latest round) once it has one, else
+    the dataset's instances (what publishing makes round 1 of)."""
+    if study.pk:
+        from collector.services.studies import study_open_round
+
+        current = study_open_round(study=study) or study.rounds.order_by("-number").first()
+        if current is not None:
+            return current.targets.count()
     return Instance.objects.filter(image__dataset_id=study.dataset_id).count()
 
 
 def study_budget(*, study: Study) -> dict:
-    """``{"estimate": <our lower bound>, "platform": <launch.study_budget_estimate(study=) or None>}``."""
-    ours = budget_estimate(
+    """:func:`budget_estimate` for a saved study."""
+    return budget_estimate(
         targets=study_target_count(study=study),
         quota_pc=study.quota_pc,
         quota_mobile=study.quota_mobile,
         batch_size=study.batch_size,
         reward_per_batch=study.reward_per_batch,
         currency=study.currency,
+        platform=study.platform,
+        platform_config=study.platform_config,
     )
-    platform = None
-    try:
-        launch = importlib.import_module("collector.services.launch")
-    except ModuleNotFoundError:
-        launch = None
-    estimate = getattr(launch, "study_budget_estimate", None)
-    if estimate is not None and study.pk:
-        platform = estimate(study=study)
-    return {"estimate": ours, "platform": platform}

@@ -27,7 +27,8 @@ def study_quota_progress(*, study: Study) -> list[dict]:
     """Per round and device: valid clicks collected against the quota.
 
     Returns one dict per round, ordered by number: ``{"round_id", "number", "state", "targets",
-    "devices": {"pc": {...}, "mobile": {...}}}`` where each device dict holds ``quota_per_target``,
+    "devices": {"pc": {...}, "mobile": {...}}, "build_error", "build_failed_at"}`` (why building the next
+    round from this one failed, "" and None unless it did) where each device dict holds ``quota_per_target``,
     ``quota_total`` (targets × quota), ``valid`` (valid clicks, each target capped at its quota),
     ``valid_raw`` (uncapped), ``inflight``, ``targets_full`` and ``fraction`` (valid / quota_total, 0..1)."""
     rounds = list(Round.objects.filter(study=study).order_by("number"))
@@ -72,6 +73,8 @@ def study_quota_progress(*, study: Study) -> list[dict]:
                 "state": round_.state,
                 "targets": targets,
                 "devices": devices,
+                "build_error": round_.build_error,
+                "build_failed_at": round_.build_failed_at,
             }
         )
     return result
@@ -141,21 +144,36 @@ def study_batch_times(*, study: Study) -> dict:
     return result
 
 
-def session_payment_state(*, validity: str, platform_state: dict | None) -> str:
+def session_payment_state(
+    *, validity: str, platform_state: dict | None, submission: dict | None = None, review: str | None = None
+) -> str:
     """How a session stands with money: ``paid``, ``unpaid`` or ``owed``.
 
-    The rule (documented in the researcher area): a platform's recorded review decision wins —
-    ``platform_state["review"]`` accepted/approved = paid, rejected/returned/expired/skipped = unpaid
-    (``platform_state["paid"]`` true/false is honoured the same way). Without a recorded decision a
-    counted session is ``owed`` (it will be paid when the platform sync accepts it, or by the
-    researcher for standalone links) and every other session is unpaid."""
+    The rule (documented in the researcher area), first match wins:
+
+    1. the crowd platform's submission of the session, as our sync recorded it (``submission``:
+       ``{"decision": accept|reject|pending, "applied": bool}``): accepted and applied = paid, accepted but
+       not yet applied = owed, rejected = unpaid (pending: go on);
+    2. a platform decision recorded on the session (``platform_state["paid"]`` true/false, or
+       ``platform_state["review"]`` accepted/approved = paid, rejected/returned/expired/skipped = unpaid);
+    3. the researcher's manual review (``review``: approve = owed, reject = unpaid);
+    4. our validation: a counted session is ``owed`` (paid when the platform sync accepts it, or by the
+       researcher for standalone links); every other session is unpaid."""
+    if submission and submission.get("decision") == "accept":
+        return "paid" if submission.get("applied") else "owed"
+    if submission and submission.get("decision") == "reject":
+        return "unpaid"
     state = platform_state or {}
     if isinstance(state.get("paid"), bool):
         return "paid" if state["paid"] else "unpaid"
-    review = str(state.get("review") or state.get("status") or "").strip().lower()
-    if review in PAID_REVIEW_STATES:
+    status = str(state.get("review") or state.get("status") or "").strip().lower()
+    if status in PAID_REVIEW_STATES:
         return "paid"
-    if review in UNPAID_REVIEW_STATES:
+    if status in UNPAID_REVIEW_STATES:
+        return "unpaid"
+    if review == "approve":
+        return "owed"
+    if review == "reject":
         return "unpaid"
     return "owed" if validity == Session.Validity.COUNTED else "unpaid"
 
@@ -170,16 +188,42 @@ def _decimal(value) -> Decimal:
 def study_money_spent(*, study: Study) -> dict:
     """Money spent and owed, in ``study.currency``, following :func:`session_payment_state`.
 
-    ``spent`` = reward_per_batch × paid sessions + bonuses (``platform_state["bonus"]``, a decimal
-    string) of paid sessions; ``owed`` = reward_per_batch × counted sessions not yet paid;
-    ``paid_counted``/``paid_rejected`` split paid sessions by our validity (a rejected session is paid
-    when the platform accepted it anyway). Platform fees are not included."""
+    ``spent`` = what paid sessions cost: the platform's reward of each accepted submission (else
+    ``reward_per_batch``) plus bonuses paid (applied platform bonuses, or ``platform_state["bonus"]``);
+    ``owed`` = reward_per_batch × sessions owed; ``spent_with_fee`` adds the platform's fee (the fee of
+    the budget estimate). ``paid_counted``/``paid_rejected`` split paid sessions by our validity (a
+    rejected session is paid when the platform or the researcher accepted it anyway)."""
+    from collector.models import PlatformSubmission, SessionReview
+    from collector.platforms import get_adapter
+
     reward = study.reward_per_batch
+    submissions = {
+        row["session_id"]: row
+        for row in PlatformSubmission.objects.filter(session__study=study).values(
+            "session_id", "decision", "decision_applied_at", "reward", "bonus_amount", "bonus_applied_at"
+        )
+    }
+    reviews: dict[int, str] = {}
+    for session_id, decision in (
+        SessionReview.objects.filter(session__study=study)
+        .order_by("session_id", "-reviewed_at", "-id")
+        .values_list("session_id", "decision")
+    ):
+        reviews.setdefault(session_id, decision)
     paid_counted = paid_rejected = paid_pending = owed = 0
-    bonuses = Decimal(0)
+    spent = bonuses = Decimal(0)
     rows = Session.objects.filter(study=study).exclude(status=Session.Status.STARTED)
-    for validity, platform_state in rows.values_list("validity", "platform_state"):
-        payment = session_payment_state(validity=validity, platform_state=platform_state)
+    for session_id, validity, platform_state in rows.values_list("pk", "validity", "platform_state"):
+        row = submissions.get(session_id)
+        submission = (
+            {"decision": row["decision"], "applied": row["decision_applied_at"] is not None} if row else None
+        )
+        payment = session_payment_state(
+            validity=validity,
+            platform_state=platform_state,
+            submission=submission,
+            review=reviews.get(session_id),
+        )
         if payment == "paid":
             if validity == Session.Validity.COUNTED:
                 paid_counted += 1
@@ -187,18 +231,28 @@ def study_money_spent(*, study: Study) -> dict:
                 paid_rejected += 1
             else:
                 paid_pending += 1
-            bonuses += _decimal((platform_state or {}).get("bonus", 0))
+            if submission and submission["decision"] == "accept":
+                spent += _decimal(row["reward"]) or reward
+                bonus = _decimal(row["bonus_amount"]) if row["bonus_applied_at"] else Decimal(0)
+            else:
+                spent += reward
+                bonus = _decimal((platform_state or {}).get("bonus", 0))
+            spent += bonus
+            bonuses += bonus
         elif payment == "owed":
             owed += 1
-    paid = paid_counted + paid_rejected + paid_pending
+    config = study.platform_config or {}
+    fee = _decimal(config.get("fee_fraction", get_adapter(study.platform).fee_fraction))
     return {
         "currency": study.currency,
         "reward_per_batch": reward,
-        "paid_sessions": paid,
+        "paid_sessions": paid_counted + paid_rejected + paid_pending,
         "paid_counted": paid_counted,
         "paid_rejected": paid_rejected,
         "bonuses": bonuses,
-        "spent": reward * paid + bonuses,
+        "spent": spent,
+        "fee_fraction": fee,
+        "spent_with_fee": (spent * (1 + fee)).quantize(Decimal("0.0001")),
         "owed_sessions": owed,
         "owed": reward * owed,
     }
@@ -214,3 +268,49 @@ def study_progress(*, study: Study) -> dict:
         "batch_times": study_batch_times(study=study),
         "money": study_money_spent(study=study),
     }
+
+
+def studies_progress_summary(*, study_ids: list[int]) -> dict[int, dict]:
+    """For the study list: per study, its current round (the open one, else the latest) and the valid
+    clicks collected there against the quota, both devices together (each target capped at its quota),
+    plus sessions running. A bounded number of queries whatever the number of studies.
+
+    ``{study_id: {"round": number | None, "round_state", "valid", "quota_total", "fraction" (0..1),
+    "running"}}``; studies without rounds get round None and zeros."""
+    current: dict[int, Round] = {}
+    for round_ in Round.objects.filter(study_id__in=study_ids).order_by("study_id", "number"):
+        held = current.get(round_.study_id)
+        if held is None or held.state != Round.State.OPEN or round_.state == Round.State.OPEN:
+            current[round_.study_id] = round_
+    totals = {
+        row["round_id"]: row
+        for row in Target.objects.filter(round_id__in=[r.pk for r in current.values()])
+        .values("round_id")
+        .annotate(
+            targets=Count("id"),
+            valid_pc=Sum(Least(F("valid_pc"), F("round__study__quota_pc"))),
+            valid_mobile=Sum(Least(F("valid_mobile"), F("round__study__quota_mobile"))),
+        )
+    }
+    quotas = dict(Study.objects.filter(pk__in=study_ids).values_list("pk", F("quota_pc") + F("quota_mobile")))
+    running = dict(
+        Session.objects.filter(study_id__in=study_ids, status=Session.Status.STARTED)
+        .values("study_id")
+        .annotate(n=Count("id"))
+        .values_list("study_id", "n")
+    )
+    summary = {}
+    for study_id in study_ids:
+        round_ = current.get(study_id)
+        row = totals.get(round_.pk, {}) if round_ else {}
+        quota_total = row.get("targets", 0) * quotas.get(study_id, 0)
+        valid = (row.get("valid_pc") or 0) + (row.get("valid_mobile") or 0)
+        summary[study_id] = {
+            "round": round_.number if round_ else None,
+            "round_state": round_.state if round_ else "",
+            "valid": valid,
+            "quota_total": quota_total,
+            "fraction": valid / quota_total if quota_total else 0.0,
+            "running": running.get(study_id, 0),
+        }
+    return summary

@@ -16,7 +16,9 @@ def study_worker_table(*, study: Study) -> list[dict]:
     """One row per worker who started a session of ``study``, most sessions first.
 
     Columns: ``pseudonym``, ``excluded``, ``devices`` (sorted list), ``sessions``, ``finished``,
-    ``counted``, ``rejected``, ``clicks``, ``valid_clicks``, ``valid_rate`` (0..1 or None),
+    ``counted``, ``rejected``, ``clicks``, ``judged_clicks`` (clicks the validation has judged),
+    ``pending_clicks`` (not judged yet), ``valid_clicks``, ``valid_rate`` (valid / judged, 0..1, or None
+    while nothing is judged: a click waiting for validation is neither valid nor invalid),
     ``median_reaction_ms``, ``fast_clicks`` (reaction below ``study.min_reaction_ms``),
     ``blocked_clicks`` (clicks tried during phases A-C), ``flagged_trials``, ``quality_flags`` (codes of
     the sessions' flags with counts)."""
@@ -48,6 +50,8 @@ def study_worker_table(*, study: Study) -> list[dict]:
             "counted": worker.n_counted,
             "rejected": worker.n_rejected,
             "clicks": 0,
+            "judged_clicks": 0,
+            "pending_clicks": 0,
             "valid_clicks": 0,
             "valid_rate": None,
             "median_reaction_ms": None,
@@ -83,15 +87,19 @@ def study_worker_table(*, study: Study) -> list[dict]:
     ):
         row = rows[worker_id]
         row["clicks"] += 1
-        row["valid_clicks"] += 1 if is_valid else 0
+        if is_valid is None:
+            row["pending_clicks"] += 1
+        else:
+            row["judged_clicks"] += 1
+            row["valid_clicks"] += 1 if is_valid else 0
         if reaction_ms is not None:
             reactions.setdefault(worker_id, []).append(reaction_ms)
             if reaction_ms < study.min_reaction_ms:
                 row["fast_clicks"] += 1
     for worker_id, row in rows.items():
         row["devices"] = sorted(row["devices"])
-        if row["clicks"]:
-            row["valid_rate"] = row["valid_clicks"] / row["clicks"]
+        if row["judged_clicks"]:
+            row["valid_rate"] = row["valid_clicks"] / row["judged_clicks"]
         if worker_id in reactions:
             row["median_reaction_ms"] = float(np.median(reactions[worker_id]))
     return list(rows.values())

@@ -92,18 +92,50 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
     seen_images = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
         "target__instance__image_id"
     )
+    chosen_ids = target_candidates(round=round, device=device, count=count, seen_images=seen_images)
 
-    quota = study.quota_for(device)
+    if len(chosen_ids) < min(count, study.min_batch_size) or not chosen_ids:
+        logger.info(
+            "allocation found too few targets",
+            extra={
+                "study_id": study.pk,
+                "round_id": round.pk,
+                "worker_id": worker.pk,
+                "found": len(chosen_ids),
+            },
+        )
+        return []
+
+    # In id order, like inflight_release and expiry (no lock cycle), then take one slot each.
+    inflight_field = f"inflight_{device}"
+    chosen = list(
+        Target.objects.select_related("instance")
+        .select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=chosen_ids)
+        .order_by("pk")
+    )
+    Target.objects.filter(pk__in=chosen_ids).update(**{inflight_field: F(inflight_field) + 1})
+    for target in chosen:
+        setattr(target, inflight_field, getattr(target, inflight_field) + 1)
+    random.shuffle(chosen)
+    return chosen
+
+
+def target_candidates(*, round: Round, device: str, count: int, seen_images=None) -> list[int]:
+    """Ids of the targets a new ``device`` session of ``round`` gets, in choice order: up to ``count`` targets
+    of distinct images not in ``seen_images`` (image ids: a list or a ``values()`` queryset; None = none
+    seen), furthest from their quota first (largest ``quota - valid - inflight``; ties broken by id), and
+    only while ``valid + inflight < quota``.
+
+    Reads only. ``allocate_targets`` calls it under its locks and then takes the targets; the researcher's
+    preview calls it to show the batch a new worker would get now."""
+    quota = round.study.quota_for(device)
     valid_field, inflight_field = f"valid_{device}", f"inflight_{device}"
     deficit = Value(quota, output_field=IntegerField()) - F(valid_field) - F(inflight_field)
-    candidates = (
-        Target.objects.filter(round=round)
-        .annotate(deficit=deficit)
-        .filter(deficit__gt=0)
-        .exclude(instance__image_id__in=seen_images)
-        .order_by("-deficit", "id")
-        .values_list("id", "instance__image_id")
-    )
+    candidates = Target.objects.filter(round=round).annotate(deficit=deficit).filter(deficit__gt=0)
+    if seen_images is not None:
+        candidates = candidates.exclude(instance__image_id__in=seen_images)
+    candidates = candidates.order_by("-deficit", "id").values_list("id", "instance__image_id")
     chosen_ids: list[int] = []
     chosen_images: set[int] = set()
     page, offset = 4 * count, 0
@@ -119,31 +151,7 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
         if len(rows) < page:
             break
         offset += page
-
-    if len(chosen_ids) < min(count, study.min_batch_size) or not chosen_ids:
-        logger.info(
-            "allocation found too few targets",
-            extra={
-                "study_id": study.pk,
-                "round_id": round.pk,
-                "worker_id": worker.pk,
-                "found": len(chosen_ids),
-            },
-        )
-        return []
-
-    # In id order, like inflight_release and expiry (no lock cycle), then take one slot each.
-    chosen = list(
-        Target.objects.select_related("instance")
-        .select_for_update(no_key=True, of=("self",))
-        .filter(pk__in=chosen_ids)
-        .order_by("pk")
-    )
-    Target.objects.filter(pk__in=chosen_ids).update(**{inflight_field: F(inflight_field) + 1})
-    for target in chosen:
-        setattr(target, inflight_field, getattr(target, inflight_field) + 1)
-    random.shuffle(chosen)
-    return chosen
+    return chosen_ids
 
 
 def inflight_release(*, target_ids: list[int], device: str) -> None:

@@ -23,13 +23,14 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from collector.models import (
-    Instance,
     PlatformCampaign,
     PlatformPool,
     PlatformSubmission,
     Session,
+    SessionReview,
     Study,
 )
+from collector.models.studies import Platform
 from collector.platforms import (
     PlatformConflict,
     PlatformCredentialsError,
@@ -38,16 +39,12 @@ from collector.platforms import (
     PlatformUnavailable,
     get_adapter,
 )
+from collector.selectors import budget as budget_selectors
 from collector.services import studies as study_services
 from collector.services.codes import completion_code_check
+from collector.services.outbox import task_intent_add
 
 logger = logging.getLogger(__name__)
-
-DEVICES = ("pc", "mobile")
-#: Fraction of clicks expected valid and of sessions expected counted (planning defaults; override in
-#: ``Study.platform_config`` as ``expected_valid_click_fraction`` / ``expected_counted_fraction``).
-DEFAULT_VALID_CLICK_FRACTION = 0.9
-DEFAULT_COUNTED_FRACTION = 0.8
 
 
 class LaunchRefused(Exception):
@@ -58,60 +55,10 @@ class LaunchRefused(Exception):
 # budget
 
 
-def _devices(study: Study) -> list[str]:
-    wanted = (study.platform_config or {}).get("devices") or list(DEVICES)
-    return [d for d in DEVICES if d in wanted and study.quota_for(d) > 0]
-
-
-def _round_targets(study: Study) -> int:
-    open_round = study_services.study_open_round(study=study)
-    if open_round is not None:
-        return open_round.targets.count()
-    return Instance.objects.filter(image__dataset=study.dataset).count()
-
-
 def study_budget_estimate(*, study: Study) -> dict:
-    """What the current round will cost on the platform, per device and in total.
-
-    Sessions needed per device = ceil(targets * quota / (batch_size * valid click fraction)); assignments
-    bought = ceil(sessions / counted fraction); cost = assignments * reward * (1 + platform fee) plus the
-    configured bonus per counted session (with fee). Later rounds (corrections) are not known before
-    round 1 ends and are not included. Money as Decimal strings in ``study.currency``.
-    """
-    config = study.platform_config or {}
-    adapter = get_adapter(study.platform)
-    click_fraction = float(config.get("expected_valid_click_fraction", DEFAULT_VALID_CLICK_FRACTION))
-    counted_fraction = float(config.get("expected_counted_fraction", DEFAULT_COUNTED_FRACTION))
-    fee = Decimal(str(config.get("fee_fraction", adapter.fee_fraction)))
-    bonus = Decimal(str(config.get("bonus_per_counted_session", "0")))
-    reward = Decimal(study.reward_per_batch)
-    targets = _round_targets(study)
-    per_device, total = {}, Decimal("0")
-    for device in _devices(study):
-        sessions = math.ceil(
-            targets * study.quota_for(device) / (study.batch_size * max(click_fraction, 0.05))
-        )
-        assignments = math.ceil(sessions / max(counted_fraction, 0.05)) if sessions else 0
-        cost = (assignments * reward + sessions * bonus) * (1 + fee)
-        cost = cost.quantize(Decimal("0.01"))
-        per_device[device] = {
-            "targets": targets,
-            "quota": study.quota_for(device),
-            "sessions_needed": sessions,
-            "assignments": assignments,
-            "reward": str(reward),
-            "cost": str(cost),
-        }
-        total += cost
-    return {
-        "platform": study.platform,
-        "currency": study.currency,
-        "fee_fraction": str(fee),
-        "bonus_per_counted_session": str(bonus),
-        "devices": per_device,
-        "total": str(total.quantize(Decimal("0.01"))),
-        "note": "current round only; correction rounds are built from its clicks and cost extra.",
-    }
+    """What the current round will cost on the platform, per device and in total: the one estimate of
+    ``collector.selectors.budget.budget_estimate`` (its docstring gives the formula)."""
+    return budget_selectors.study_budget(study=study)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -227,25 +174,44 @@ def submission_decide(*, submission: PlatformSubmission) -> None:
         other = PlatformSubmission.objects.filter(session=session).exclude(pk=submission.pk).first()
         if other is not None:
             reason = "Rejected: this completion code was already used for another submission."
+    review = None if reason else session_review_latest(session_id=session.pk)
     if reason:
         submission.decision = PlatformSubmission.Decision.REJECT
         submission.public_comment = reason
+    elif review is not None:
+        # The researcher decided by hand (session page): that wins over the validation's verdict.
+        submission.session = session
+        _decision_set(submission=submission, study=study, accept=review.decision == SessionReview.Decision.APPROVE,
+                      comment=review.reason)  # fmt: skip
     elif session.validity == Session.Validity.PENDING:
         submission.session = session
         return
     elif session.validity == Session.Validity.COUNTED:
         submission.session = session
-        submission.decision = PlatformSubmission.Decision.ACCEPT
-        submission.public_comment = f"Accepted, thank you: {_rule_comment(session).split(';')[0]}."
-        bonus = Decimal(str((study.platform_config or {}).get("bonus_per_counted_session", "0")))
-        if bonus > 0 and get_adapter(study.platform).supports_bonus:
-            submission.bonus_amount = bonus
-            submission.bonus_operation_id = uuid.uuid4()
+        _decision_set(submission=submission, study=study, accept=True,
+                      comment=f"Accepted, thank you: {_rule_comment(session).split(';')[0]}.")  # fmt: skip
     else:
         submission.session = session
         submission.decision = PlatformSubmission.Decision.REJECT
         submission.public_comment = f"Rejected: {_rule_comment(session)}"
     submission.decided_at = timezone.now()
+
+
+def _decision_set(*, submission: PlatformSubmission, study: Study, accept: bool, comment: str) -> None:
+    """Accept (with the configured bonus, once) or reject ``submission``, not yet applied on the platform."""
+    submission.decision = PlatformSubmission.Decision.ACCEPT if accept else PlatformSubmission.Decision.REJECT
+    submission.public_comment = comment
+    submission.decided_at = timezone.now()
+    submission.decision_applied_at = None
+    bonus = Decimal(str((study.platform_config or {}).get("bonus_per_counted_session", "0")))
+    if (
+        accept
+        and bonus > 0
+        and submission.bonus_operation_id is None
+        and get_adapter(study.platform).supports_bonus
+    ):
+        submission.bonus_amount = bonus
+        submission.bonus_operation_id = uuid.uuid4()
 
 
 def _apply_decision(*, adapter, submission: PlatformSubmission) -> None:
@@ -405,3 +371,211 @@ def study_platform_status(*, study: Study) -> dict:
         "last_synced_at": campaign.last_synced_at.isoformat() if campaign.last_synced_at else "",
         "last_sync_error": campaign.last_sync_error,
     }
+
+
+# ------------------------------------------------------------------------------------------------
+# the study page's buttons: go live, pause, close, sync now
+
+
+#: Celery task that syncs one study with its platform (tasks/platforms.py).
+SYNC_STUDY_TASK = "tasks.platforms.sync_study"
+
+
+def task_send_after_commit(*, name: str, args: list) -> None:
+    """The one place this module sends a Celery task: by name, through the transactional outbox (sent once
+    the current transaction commits; the relay retries while the broker is down)."""
+    task_intent_add(name=name, args=args)
+
+
+def study_go_live(*, study_id: int) -> str:
+    """The study page's Publish / Launch / Resume button: publish a standalone-link study, or launch a
+    crowd-platform study (:func:`study_launch`: project, pools, tasks, open). Returns what happened, in a
+    sentence for the researcher; a study is never called live when nothing reached its platform.
+
+    Raises StudyStateError (closed study, no objects), LaunchRefused (budget, devices) or PlatformError
+    (credentials, the platform refused or did not answer) with a message that says what is missing."""
+    study = Study.objects.get(pk=study_id)
+    if study.platform == Platform.LINK:
+        study = study_services.study_publish(study_id=study_id)
+        return "Published: annotators can start now with the links and QR codes on this page."
+    if study.state == Study.State.CLOSED:
+        raise study_services.StudyStateError(
+            f"study {study.pk} is closed; a closed study cannot be launched again."
+        )
+    campaign = study_launch(study_id=study_id)
+    return study_launch_summary(campaign=campaign)
+
+
+def study_launch_summary(*, campaign: PlatformCampaign) -> str:
+    """What the launch did on the platform and what is left to the researcher, in words."""
+    study = campaign.study
+    pools = list(campaign.pools.all())
+    if campaign.platform == Platform.PROLIFIC:
+        code = str((study.platform_config or {}).get("prolific_completion_code", "")).strip()
+        code_step = (
+            f"set its completion code to {code}"
+            if code
+            else "create a completion code there and store it as prolific_completion_code in the study's "
+            "platform config (admin), or Prolific will not recognise the codes workers bring back"
+        )
+        return (
+            "Published here. Prolific studies are created in Prolific's own interface (not automated by "
+            "Clicklab): create one Prolific study per device with the external study URL shown below for "
+            f"it, and {code_step}. Approve submissions on Prolific."
+        )
+    names = ", ".join(
+        f"{pool.device} {pool.external_id} ({pool.external_status or 'unknown'})" for pool in pools
+    )
+    extra = ""
+    if campaign.platform == Platform.TOLOKA:
+        extra = " Toloka moderates a new project before its pools reach workers."
+    elif campaign.platform == Platform.MTURK:
+        from django.conf import settings
+
+        extra = " (MTurk sandbox)" if settings.MTURK_SANDBOX else " (MTurk production)"
+    return f"Launched on {get_adapter(campaign.platform).name}: {names}.{extra}"
+
+
+def study_halt(*, study_id: int, close: bool) -> str:
+    """The Pause / Close buttons: stop recruiting on the platform (pools closed) when the study was
+    launched there, and pause or close the study. Returns what happened in words."""
+    launched = PlatformCampaign.objects.filter(study_id=study_id).exists()
+    if close:
+        if launched:
+            study_close_platform(study_id=study_id)
+            return "Closed: the platform's pools are closed; submitted work keeps being reviewed and paid."
+        study_services.study_close(study_id=study_id)
+        return "Closed: no new batches start."
+    if launched:
+        study_pause_platform(study_id=study_id)
+        return "Paused: the platform's pools are closed until you resume."
+    study_services.study_pause(study_id=study_id)
+    return "Paused: no new batches start until you publish again."
+
+
+def study_sync_request(*, study_id: int) -> str:
+    """The Sync now button: send the platform sync of this study to a worker (it reviews submitted work,
+    accepts, rejects and pays; the periodic sync does the same every PLATFORM_SYNC_INTERVAL_S).
+
+    A worker, not the web request, does it: a study with a backlog of submissions needs several platform
+    calls each, longer than a web request may take. The page shows the time of the last sync."""
+    if not PlatformCampaign.objects.filter(study_id=study_id).exists():
+        raise LaunchRefused(f"study {study_id} is not launched on a platform: there is nothing to sync.")
+    task_send_after_commit(name=SYNC_STUDY_TASK, args=[study_id])
+    return (
+        "Sync requested: submitted work is being reviewed; the platform status below updates when it is done."
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# manual review of one session
+
+
+class ReviewRefused(Exception):
+    """The review cannot be recorded or sent; the message says why and what to do."""
+
+
+def session_review_latest(*, session_id: int) -> SessionReview | None:
+    """The researcher's decision in force for a session (the latest review), or None."""
+    return SessionReview.objects.filter(session_id=session_id).order_by("-reviewed_at", "-id").first()
+
+
+def session_review(*, session_id: int, decision: str, reason: str, reviewed_by) -> SessionReview:
+    """Approve or reject a finished session by hand, recorded with who and when (``SessionReview``).
+
+    ``decision``: ``approve`` | ``reject``; ``reason``: why (required to reject: a platform shows it to the
+    worker). On a crowd platform the decision is sent at once through the adapter when the worker's
+    submission is known (accept, reject, or a rejected assignment accepted after all); what the platform
+    said is kept in ``platform_outcome``; a submission not synced yet gets the decision at the next sync.
+    Accepted work cannot be rejected afterwards on any platform: that raises ReviewRefused, as do a
+    session still running, an unknown decision and a reject without a reason.
+
+    The review changes payment only; which clicks count stays the validation's decision."""
+    if decision not in SessionReview.Decision.values:
+        raise ReviewRefused(f"decision {decision!r} is unknown; use approve or reject.")
+    reason = (reason or "").strip()
+    if decision == SessionReview.Decision.REJECT and not reason:
+        raise ReviewRefused("reason: say why the batch is rejected (the worker sees it on the platform).")
+    accept = decision == SessionReview.Decision.APPROVE
+    with transaction.atomic():
+        session = (
+            Session.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("study")
+            .get(pk=session_id)
+        )
+        if session.status != Session.Status.FINISHED:
+            raise ReviewRefused(
+                f"session {session.pk} is {session.status}; only a finished batch can be approved or rejected."
+            )
+        submission = (
+            PlatformSubmission.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("pool__campaign__study")
+            .filter(session=session)
+            .first()
+        )
+        if (
+            submission is not None
+            and not accept
+            and submission.decision == PlatformSubmission.Decision.ACCEPT
+            and submission.decision_applied_at is not None
+        ):
+            raise ReviewRefused(
+                f"assignment {submission.external_assignment_id} is already accepted on "
+                f"{submission.pool.campaign.platform}; accepted work cannot be rejected. Exclude the worker "
+                "instead if you do not want more of their work."
+            )
+        review = SessionReview.objects.create(
+            session=session,
+            decision=decision,
+            reason=reason or "Approved by the researcher.",
+            reviewed_by=reviewed_by,
+        )
+        already = (
+            submission is not None
+            and submission.decision_applied_at is not None
+            and (
+                submission.decision
+                == (PlatformSubmission.Decision.ACCEPT if accept else PlatformSubmission.Decision.REJECT)
+            )
+        )
+        if submission is not None and not already:
+            _decision_set(submission=submission, study=session.study, accept=accept, comment=review.reason)
+            submission.save()
+    review.platform_outcome = _review_send(
+        session=session, submission=submission, already=already, accept=accept
+    )
+    SessionReview.objects.filter(pk=review.pk).update(platform_outcome=review.platform_outcome)
+    logger.info(
+        "session reviewed", extra={"session_id": session.pk, "decision": decision, "review_id": review.pk}
+    )
+    return review
+
+
+def _review_send(
+    *, session: Session, submission: PlatformSubmission | None, already: bool, accept: bool
+) -> str:
+    if session.study.platform == Platform.LINK:
+        return ""
+    if submission is None and session.study.platform == Platform.PROLIFIC:
+        return (
+            f"Not automated: {'approve' if accept else 'reject'} Prolific submission "
+            f"{session.platform_assignment_id} in Prolific's interface."
+        )
+    if submission is None:
+        return "No submission synced yet: the decision is sent when the worker's submission arrives."
+    if already:
+        return f"Already {submission.decision}ed on {submission.pool.campaign.platform}; nothing sent."
+    adapter = get_adapter(submission.pool.campaign.platform)
+    try:
+        _apply_decision(adapter=adapter, submission=submission)
+        if submission.bonus_operation_id and submission.bonus_applied_at is None:
+            _apply_bonus(adapter=adapter, submission=submission)
+    except PlatformNotSupported as exc:
+        PlatformSubmission.objects.filter(pk=submission.pk).update(last_error=str(exc))
+        return f"Not automated: {exc}"
+    except PlatformError as exc:
+        PlatformSubmission.objects.filter(pk=submission.pk).update(
+            attempts=submission.attempts + 1, last_error=str(exc)
+        )
+        return f"Not sent yet ({exc}); the next sync tries again."
+    return f"Sent: assignment {submission.external_assignment_id} {submission.decision}ed on {adapter.name}."

@@ -1,7 +1,11 @@
 """The next-round build: from the valid first clicks of a closed round to the fn/fp targets of the next.
 
 For every instance of round N (its ``first`` targets) and every valid click on it in a counted session,
-every segmenter of ``settings.NEXT_ROUND_SEGMENTERS`` predicts a mask from that one positive click. The
+every segmenter of the study (``Study.next_round_segmenter``: one model, variant and checkpoint; when
+empty, the site default ``settings.NEXT_ROUND_SEGMENTERS``) predicts a mask from that one positive click.
+A segmenter is named as in ``segmenters.checkpoints.segmenter_choice``: ``embedded``, a key of
+``settings.SEGMENTER_CHECKPOINTS`` (``sam:vit_b`` -> that checkpoint file), or a predictor name /
+``predictor:variant`` (the official file name in ``settings.SEGMENTER_CHECKPOINT_DIR``). The
 instance's previous mask P is, among all (segmenter, click) masks whose IoU with the object mask M is at
 most :data:`MAX_PREVIOUS_IOU` (0.95, the RClicks seed's rule), the one with the highest IoU (ties: the
 earlier segmenter in the setting, then pc before mobile, then the lower k). The IoU leaves out the ignore
@@ -19,6 +23,16 @@ least the minimum area: speckles along the boundary are never shown to a worker 
 Index k (the ``_<device>_<k>`` suffix): the 1-based position of the source click among the instance's
 valid first clicks of the same device in counted sessions, in click order (``Click.received_at``, then
 ``Click.pk``). So ``tennis_embedded_fn_pc_3`` means: the mask predicted from the third valid PC click.
+
+Provenance: every target stores the model id, variant and checkpoint sha256 of the segmenter that made
+its previous mask (``segmenters.provenance.predictor_provenance``).
+
+Failures: a segmenter that cannot be built or fails (``SegmenterError``, including a missing checkpoint
+and failures of user-installed upstream code) or a misconfiguration/missing file (``NextRoundError``) is
+recorded on round N (``Round.build_error``, ``build_failed_at``) and shown to the researcher; the build
+is not retried by itself (it would fail the same way) until :func:`round_build_retry` clears the
+failure, after the cause was fixed. Transient errors (database, file system) are not caught here: the
+task retries them. Any other exception is a bug and propagates.
 
 All-or-nothing: masks are predicted and encoded in memory, PNG files are written under a folder unique
 to this build (``rounds/study_<id>/round_<N+1>/build_<token>/``), then one transaction (study row locked,
@@ -49,12 +63,16 @@ from PIL import Image as PILImage
 
 from benchmark.metrics import iou
 from collector.models import Click, Image, Instance, Round, Session, Study, Target
+from collector.selectors.segmenters import study_segmenter_keys
 from collector.services.datasets import mask_png_bytes
-from config.celery import app as celery_app
+from collector.services.outbox import task_intent_add
+from collector.services.rounds import BUILD_NEXT_ROUND_TASK
 from exports.stems import full_stem_build
-from segmenters.base import CheckpointError, Predictor, SegmenterError
 from segmenters.base import Click as SegClick
+from segmenters.base import Predictor, SegmenterError
 from segmenters.cache import EmbeddingCache
+from segmenters.checkpoints import segmenter_choice
+from segmenters.provenance import MaskProvenance, predictor_provenance
 from segmenters.registry import get_predictor
 
 logger = logging.getLogger(__name__)
@@ -101,16 +119,18 @@ class PlannedTarget:
     error_area: int
     previous_iou: float
     source: SourceClick
+    provenance: MaskProvenance
 
 
 @dataclass
 class BuildResult:
     """What a build did: the round N+1 (None when nothing was built), whether this call created it,
-    and, per instance id without targets of some type, the reason."""
+    per instance id without targets of some type the reason, and why the build failed ("" unless it did)."""
 
     round: Round | None
     created: bool
     skipped: dict[int, str] = field(default_factory=dict)
+    error: str = ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,34 +238,34 @@ def _instance_masks(instance: Instance) -> tuple[np.ndarray, np.ndarray | None]:
 # Segmenters
 
 
-def next_round_predictors() -> list[Predictor]:
-    """The predictors of ``settings.NEXT_ROUND_SEGMENTERS`` (registry names), checkpoints looked up in
-    ``settings.SEGMENTER_CHECKPOINT_DIR`` for those that take one."""
-    names = list(getattr(settings, "NEXT_ROUND_SEGMENTERS", ["embedded"]))
-    if not names:
+def next_round_predictors(*, study: Study) -> list[Predictor]:
+    """The predictors of :func:`study_segmenter_keys`, built with the checkpoints the keys name.
+
+    Raises:
+      NextRoundError: no segmenter, or two with the same ``model_type`` (their full_stems would clash).
+      SegmenterError: a key names nothing runnable, its code or checkpoint is missing or does not fit.
+    """
+    keys = study_segmenter_keys(study=study)
+    if not keys:
         raise NextRoundError(
             "settings.NEXT_ROUND_SEGMENTERS is empty; name at least one segmenter (e.g. embedded)."
         )
     predictors = []
-    for name in names:
-        try:
-            predictor = get_predictor(name, checkpoint_dir=str(settings.SEGMENTER_CHECKPOINT_DIR))
-        except CheckpointError:
-            raise
-        except SegmenterError as exc:
-            if "rejected options" not in str(exc):
-                raise
-            predictor = get_predictor(name)  # a weight-free predictor has no checkpoint_dir option
+    for key in keys:
+        choice = segmenter_choice(key, settings.SEGMENTER_CHECKPOINTS)
+        predictor = get_predictor(
+            choice.predictor, **choice.options(checkpoint_dir=str(settings.SEGMENTER_CHECKPOINT_DIR))
+        )
         if not predictor.model_type or "_" in predictor.model_type:
             raise NextRoundError(
-                f"segmenter {name!r} has model_type {predictor.model_type!r}; it must be a non-empty token "
+                f"segmenter {key!r} has model_type {predictor.model_type!r}; it must be a non-empty token "
                 "without underscores (it becomes part of full_stem)."
             )
         predictors.append(predictor)
     if len({p.model_type for p in predictors}) != len(predictors):
         raise NextRoundError(
-            f"settings.NEXT_ROUND_SEGMENTERS={names} has two segmenters with the same model_type; their "
-            "targets would share full_stems. Keep one of them."
+            f"segmenters {keys} include two with the same model_type; their targets would share full_stems. "
+            "Keep one of them."
         )
     return predictors
 
@@ -306,6 +326,7 @@ def instance_plan(
                 error_area=int(np.count_nonzero(region)),
                 previous_iou=float(best_iou),
                 source=click,
+                provenance=predictor_provenance(predictor),
             )
         )
     return planned, "; ".join(missing)
@@ -353,8 +374,9 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
     ``BuildResult(round=None)`` when round ``round_id`` is gone, is still open, is the study's last round,
     or is not round 1 (fn/fp targets come from first clicks; later rounds have none).
 
-    Raises:
-      NextRoundError: a missing file or a misconfigured segmenter (message says which).
+    A segmenter failure or misconfiguration (``SegmenterError``, ``NextRoundError``) is recorded on the
+    round (:func:`round_build_fail`) and returned as ``BuildResult(error=...)``; while it is recorded, the
+    build is not attempted again (see :func:`round_build_retry`).
     """
     round_ = Round.objects.select_related("study").filter(pk=round_id).first()
     if round_ is None:
@@ -371,8 +393,29 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
     if round_.number >= study.max_rounds or round_.number != 1:
         logger.info("next-round build: round %s (number %s) gets no next round", round_id, round_.number)
         return BuildResult(round=None, created=False)
+    if round_.build_error:
+        logger.info(
+            "next-round build: round %s failed before and waits for a retry: %s",
+            round_id,
+            round_.build_error,
+            extra={"round_id": round_id, "study_id": study.pk},
+        )
+        return BuildResult(round=None, created=False, error=round_.build_error)
+    try:
+        planned, skipped = _plan_next_round(round_=round_, progress=progress)
+    except (SegmenterError, NextRoundError) as error:
+        reason = str(error)
+        round_build_fail(round_id=round_id, reason=reason)
+        return BuildResult(round=None, created=False, error=reason)
+    return _create_next_round(study=study, number=number, planned=planned, skipped=skipped)
 
-    predictors = next_round_predictors()
+
+def _plan_next_round(
+    *, round_: Round, progress: Progress | None
+) -> tuple[list[PlannedTarget], dict[int, str]]:
+    """Every round N+1 target of round ``round_``, computed in memory, and the skipped instances' reasons."""
+    study = round_.study
+    predictors = next_round_predictors(study=study)
     clicks = valid_first_clicks(round_=round_)
     instances = list(
         Instance.objects.filter(targets__round=round_, targets__click_type=Target.ClickType.FIRST)
@@ -410,7 +453,13 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
             if progress is not None:
                 progress(done, len(instances), instance)
         cache.clear()  # one image's embeddings at a time
+    return planned, skipped
 
+
+def _create_next_round(
+    *, study: Study, number: int, planned: list[PlannedTarget], skipped: dict[int, str]
+) -> BuildResult:
+    """Write the masks of ``planned`` and create round ``number`` with its targets in one transaction."""
     folder = f"{_build_dir(study_id=study.pk, number=number)}/build_{uuid.uuid4().hex[:12]}"
     written: list[str] = []
     rows: list[Target] = []
@@ -446,6 +495,9 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
                     source_click_id=item.source.click_id,
                     source_device=item.source.device,
                     source_index=item.source.index,
+                    model_id=item.provenance.model_id,
+                    model_variant=item.provenance.variant,
+                    checkpoint_sha256=item.provenance.checkpoint_sha256,
                 )
             )
         with transaction.atomic():
@@ -463,9 +515,7 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
                     row.round = new_round
                 Target.objects.bulk_create(rows)
                 if rows:
-                    transaction.on_commit(
-                        lambda: celery_app.send_task(RENDER_STIMULI_TASK, args=[new_round.pk])
-                    )
+                    task_intent_add(name=RENDER_STIMULI_TASK, args=[new_round.pk])
     except BaseException:
         _delete_files(written)
         raise
@@ -483,10 +533,42 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
     return BuildResult(round=new_round, created=True, skipped=skipped)
 
 
+def round_build_fail(*, round_id: int, reason: str) -> None:
+    """Record why building the next round from round ``round_id`` failed (shown on the study page)."""
+    Round.objects.filter(pk=round_id).update(build_error=reason, build_failed_at=timezone.now())
+    logger.warning(
+        "next-round build of round %s failed: %s",
+        round_id,
+        reason,
+        extra={"round_id": round_id},
+    )
+
+
+def round_build_retry(*, round_id: int) -> bool:
+    """Clear a recorded build failure of round ``round_id`` and send the build again (after commit).
+
+    For after the cause was fixed (checkpoint put in place, package installed). Returns False, changing
+    nothing, when the round has no recorded failure or its next round exists.
+    """
+    with transaction.atomic():
+        round_ = Round.objects.select_for_update(no_key=True).filter(pk=round_id).first()
+        if round_ is None or not round_.build_error:
+            return False
+        if Round.objects.filter(study_id=round_.study_id, number=round_.number + 1).exists():
+            return False
+        Round.objects.filter(pk=round_id).update(build_error="", build_failed_at=None)
+        task_intent_add(name=BUILD_NEXT_ROUND_TASK, args=[round_id])
+    logger.info("next-round build of round %s sent again", round_id, extra={"round_id": round_id})
+    return True
+
+
 def rounds_awaiting_build() -> list[int]:
-    """Ids of closed rounds 1 whose study allows a round 2 that does not exist yet: builds whose message
-    a broker lost (the file-system transport drops a message taken by a worker that then crashed)."""
-    candidates = Round.objects.filter(state=Round.State.CLOSED, number=1).select_related("study")
+    """Ids of closed rounds 1 whose study allows a round 2 that does not exist yet and whose build did not
+    fail: builds whose message a broker lost (the file-system transport drops a message taken by a worker
+    that then crashed). A recorded failure waits for :func:`round_build_retry` instead."""
+    candidates = Round.objects.filter(state=Round.State.CLOSED, number=1, build_error="").select_related(
+        "study"
+    )
     return [
         r.pk
         for r in candidates

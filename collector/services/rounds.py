@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from collector.models import Round, Target
-from config.celery import app as celery_app
+from collector.services.outbox import task_intent_add
 
 logger = logging.getLogger(__name__)
 
@@ -50,5 +49,5 @@ def round_close_if_full(*, round_id: int) -> Round | None:
     round_.save(update_fields=["state", "closed_at"])
     logger.info("round closed", extra={"round_id": round_.pk, "study_id": round_.study_id})
     if round_.number < round_.study.max_rounds:
-        transaction.on_commit(lambda: celery_app.send_task(BUILD_NEXT_ROUND_TASK, args=[round_id]))
+        task_intent_add(name=BUILD_NEXT_ROUND_TASK, args=[round_id])
     return round_

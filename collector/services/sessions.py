@@ -1,9 +1,11 @@
 """Sessions: starting a batch, recording its clicks exactly once, and finishing it.
 
 A session is one batch of trials by one worker on one device. ``session_start`` allocates the targets and
-creates the trials in one transaction; ``click_record`` stores the one click of a trial, keyed by a
-client idempotency key so retried uploads never store a click twice; ``session_finish`` closes the batch
-once the server holds every click, makes the completion code and enqueues validation after commit.
+creates the trials in one transaction; ``click_ingest`` stores the one click of a trial (two queries, no
+lock; ``click_record`` wraps it for callers that want the Click row), keyed by a client idempotency key so
+retried uploads never store a click twice, with the server-side timing rules; ``session_problem_record``
+keeps the refusals the player showed the annotator; ``session_finish`` closes the batch once the server
+holds every click, makes the completion code and enqueues validation after commit.
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from collector.models import Click, Round, Session, Study, Trial, Worker
 from collector.services.codes import completion_code_make
+from collector.services.outbox import task_intent_add
+from collector.services.presentations import trial_server_flags
 from collector.services.studies import study_open_round
-from config.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +38,10 @@ MAX_KEY_LENGTH = 64
 MAX_FLAGS = 20
 MAX_PHASE_KEYS = 20
 MAX_CLIENT_INFO_BYTES = 8000
+MAX_PROBLEMS = 50
+#: A click may arrive this much sooner than phases A + B + C after the trial's ``presented`` report
+#: (timer and frame granularity, and the report's own time on the wire).
+CLICK_EARLY_TOLERANCE_MS = 250
 NO_ROUND_MESSAGE = (
     "There are no tasks available right now (the current round is complete). Please try again later."
 )
@@ -43,7 +52,13 @@ class SessionStartRefused(Exception):
 
 
 class ClickRefused(Exception):
-    """The click cannot be stored; the message names the field or state at fault."""
+    """The click cannot be stored; the message names the field or state at fault, ``field`` the field (or
+    None for a state), ``reason`` is a machine-readable code."""
+
+    def __init__(self, message: str, *, reason: str = "invalid", field: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.field = field
 
 
 class SessionFinishRefused(Exception):
@@ -190,33 +205,44 @@ def session_client_report(
 
 
 def _finite(name: str, value, *, minimum: float | None = None) -> float:
+    if isinstance(value, bool):
+        raise ClickRefused(f"{name}={_shown(value)} is not a number.", field=name)
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise ClickRefused(f"{name}={value!r} is not a number.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ClickRefused(f"{name}={_shown(value)} is not a number.", field=name) from None
     if not math.isfinite(number):
-        raise ClickRefused(f"{name}={value!r} is not a finite number.")
+        raise ClickRefused(f"{name}={_shown(value)} is not a finite number.", field=name)
     if minimum is not None and number < minimum:
-        raise ClickRefused(f"{name}={number} is below {minimum}.")
+        raise ClickRefused(f"{name}={number} is below {minimum}.", field=name)
     return number
+
+
+def _shown(value) -> str:
+    """A bounded repr for messages (a 5,000-digit integer has no repr in Python 3.11+)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _optional_finite(name: str, value) -> float | None:
     return None if value is None else _finite(name, value)
 
 
-def _clean_phase_onsets(phase_onsets_ms) -> dict:
+def _clean_phase_onsets(phase_onsets_ms, *, name: str = "phase_onsets_ms") -> dict:
     if phase_onsets_ms is None:
         return {}
     if not isinstance(phase_onsets_ms, dict) or len(phase_onsets_ms) > MAX_PHASE_KEYS:
         raise ClickRefused(
-            f"phase_onsets_ms must be an object of at most {MAX_PHASE_KEYS} phase names to milliseconds."
+            f"{name} must be an object of at most {MAX_PHASE_KEYS} phase names to milliseconds.", field=name
         )
     cleaned = {}
     for key, value in phase_onsets_ms.items():
         if isinstance(value, dict | list):
-            raise ClickRefused(f"phase_onsets_ms[{key!r}] must be a number.")
-        cleaned[str(key)[:20]] = _optional_finite(f"phase_onsets_ms[{key!r}]", value)
+            raise ClickRefused(f"{name}[{_shown(key)}] must be a number.", field=name)
+        cleaned[str(key)[:20]] = _optional_finite(f"{name}[{_shown(key)}]", value)
     return cleaned
 
 
@@ -224,13 +250,106 @@ def _clean_flags(flags) -> list[str]:
     if flags is None:
         return []
     if not isinstance(flags, list) or len(flags) > MAX_FLAGS:
-        raise ClickRefused(f"flags must be a list of at most {MAX_FLAGS} strings.")
+        raise ClickRefused(f"flags must be a list of at most {MAX_FLAGS} strings.", field="flags")
     return sorted({str(flag)[:40] for flag in flags})
 
 
-def click_record(
+@dataclass(frozen=True)
+class ClickReceipt:
+    """What the click endpoint answers: the stored click, whether this request stored it, and the
+    positions of the session still without a click."""
+
+    click_id: int
+    trial_id: int
+    position: int
+    created: bool
+    missing_positions: list[int]
+
+
+def _session_trials(session_id: int) -> list[Trial]:
+    """Every trial of the session with its session and study, and the id and key of its click if any:
+    one query. Raises Session.DoesNotExist when the session has no trials (it does not exist)."""
+    trials = list(
+        Trial.objects.filter(session_id=session_id)
+        .select_related("session__study")
+        .annotate(click_pk=F("click__id"), click_key=F("click__idempotency_key"))
+        .order_by("position")
+    )
+    if not trials:
+        raise Session.DoesNotExist(f"session {session_id} does not exist.")
+    return trials
+
+
+def _check_click_timing(*, trial: Trial, study: Study, event_timestamp_ms, onsets: dict, now) -> None:
+    """The timing rules the browser applies, checked again by the server (contract item 2).
+
+    * A click must not arrive, by the server's clock, before the trial's latest ``presented`` report +
+      phases A + B + C of the study - CLICK_EARLY_TOLERANCE_MS: no click can be made in phase D sooner.
+    * A click's own ``event_timestamp_ms`` must not precede its phase D onset (``phase_onsets_ms.D``)."""
+    shown = trial.presentations or []
+    if shown:
+        presented_at = datetime.fromisoformat(shown[-1]["at"])
+        abc_ms = study.image_ms + study.phase_b_ms() + study.blocked_ms
+        earliest = presented_at + timedelta(milliseconds=abc_ms - CLICK_EARLY_TOLERANCE_MS)
+        if now < earliest:
+            early_ms = (earliest - now).total_seconds() * 1000 + CLICK_EARLY_TOLERANCE_MS
+            raise ClickRefused(
+                f"the click for trial {trial.position} arrived {early_ms:.0f} ms before its phase D could "
+                f"start ({abc_ms} ms after the trial was presented); clicks are taken only in phase D.",
+                reason="click_too_early",
+            )
+    onset_d = onsets.get("D")
+    if event_timestamp_ms is not None and onset_d is not None and event_timestamp_ms < onset_d:
+        raise ClickRefused(
+            f"event_timestamp_ms={event_timestamp_ms} is before phase D's onset {onset_d} "
+            "(phase_onsets_ms.D); clicks are taken only in phase D.",
+            reason="click_before_phase_d",
+            field="event_timestamp_ms",
+        )
+
+
+def _insert_click(*, click: Click, trial_fields: dict) -> int | None:
+    """Insert ``click`` unless its key or its trial already has one (``ON CONFLICT DO NOTHING``) and, only
+    if it was inserted, write ``trial_fields`` on its trial. Returns the new click's id, or None on a
+    conflict. PostgreSQL: one statement (a data-modifying CTE), so one round trip and atomic without a
+    transaction block. SQLite (no DML in CTEs): the two statements in one transaction."""
+    ops = connection.ops
+    fields = [field for field in Click._meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(ops.quote_name(field.column) for field in fields)
+    values = [field.get_db_prep_save(field.pre_save(click, add=True), connection) for field in fields]
+    insert = (
+        f"INSERT INTO {ops.quote_name(Click._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING"
+    )
+    trial_meta = Trial._meta
+    updates = [(trial_meta.get_field(name), value) for name, value in trial_fields.items()]
+    assignments = ", ".join(f"{ops.quote_name(field.column)} = %s" for field, _ in updates)
+    update_values = [field.get_db_prep_save(value, connection) for field, value in updates]
+    trial_table = ops.quote_name(trial_meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH inserted AS ({insert} RETURNING id, trial_id), "
+                f"updated AS (UPDATE {trial_table} SET {assignments} FROM inserted "
+                f"WHERE {trial_table}.id = inserted.trial_id) SELECT id FROM inserted",
+                [*values, *update_values],
+            )
+            row = cursor.fetchone()
+            return row[0] if row else None
+        with transaction.atomic():
+            cursor.execute(f"{insert} RETURNING id", values)
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            cursor.execute(
+                f"UPDATE {trial_table} SET {assignments} WHERE id = %s", [*update_values, click.trial_id]
+            )
+        return row[0]
+
+
+def click_ingest(
     *,
-    session: Session,
+    session_id: int,
     position: int,
     idempotency_key: str,
     x: float,
@@ -241,29 +360,46 @@ def click_record(
     reaction_ms: float | None = None,
     event_timestamp_ms: float | None = None,
     phase_onsets_ms: dict | None = None,
+    scheduled_onsets_ms: dict | None = None,
+    load_wait_ms: float = 0.0,
     blocked_clicks: int = 0,
     flags: list[str] | None = None,
     refresh_hz: float | None = None,
-) -> tuple[Click, bool]:
-    """Store the one click of the trial at ``position``; returns (click, created).
+) -> ClickReceipt:
+    """Store the one click of the trial at ``position`` of session ``session_id``.
 
     ``x``/``y``: canonical image pixels (x = column, y = row, floats, origin top-left; Image.width/height
     frame); ``shown_width``/``shown_height``: CSS px of the image as displayed; ``reaction_ms``: phase D onset
     to the click; ``event_timestamp_ms``: the pointer event's timeStamp (performance.now() clock);
-    ``phase_onsets_ms``: measured rAF onsets of phases A-D (same clock); ``blocked_clicks``: presses during
-    A-C; ``flags``: reasons the trial is invalid (tab hidden, blur, viewport change); ``refresh_hz``: the
-    client's refresh estimate.
+    ``phase_onsets_ms``: PRESENTED onsets of phases A-D (the first frame each phase was on screen, same
+    clock); ``scheduled_onsets_ms``: the onsets the player scheduled; ``load_wait_ms``: how long the trial
+    waited for its pictures before phase A; ``blocked_clicks``: presses during A-C; ``flags``: reasons the
+    player thinks the trial is invalid (tab hidden, blur, viewport change); ``refresh_hz``: the client's
+    refresh estimate. The trial's flags become the client's flags plus the server's
+    (``services.presentations.trial_server_flags``: ``replayed``, ``not_presented``).
 
-    Exactly once per ``idempotency_key``: a retry with the same key returns the stored click with
-    created=False (unique constraint + get on conflict). A different key for a trial that already has its
-    click raises ClickRefused, as do a finished/expired session and malformed values.
+    Exactly once per ``idempotency_key`` and one click per trial, through the unique constraints and
+    ``INSERT ... ON CONFLICT DO NOTHING``: a retry with the same key answers the stored click with
+    created=False. No lock is taken: a finish can only succeed once every trial has its click, and a
+    click for a trial that has one conflicts. The common case is two queries (read the session's trials;
+    insert the click and update its trial), see ``_insert_click``.
+
+    Raises ClickRefused (``reason``: session_closed, session_expired, no_trial, trial_done, key_reused,
+    click_too_early, click_before_phase_d, invalid) and Session.DoesNotExist.
     """
     key = str(idempotency_key or "").strip()
     if not key or len(key) > MAX_KEY_LENGTH:
-        raise ClickRefused(f"idempotency_key must be 1-{MAX_KEY_LENGTH} characters; got {idempotency_key!r}.")
-    existing = Click.objects.filter(idempotency_key=key).select_related("trial").first()
-    if existing is not None:
-        return _replayed(existing, session=session, position=position)
+        raise ClickRefused(
+            f"idempotency_key must be 1-{MAX_KEY_LENGTH} characters; got {_shown(idempotency_key)}.",
+            field="idempotency_key",
+        )
+    trials = _session_trials(session_id)
+    session = trials[0].session
+    trial = next((t for t in trials if t.position == position), None)
+    if trial is not None and trial.click_key == key:
+        return _receipt(trial.click_pk, trial, trials, created=False)
+    if any(t.click_key == key for t in trials):
+        raise _key_reused(position)
 
     values = {
         "x": _finite("x", x),
@@ -274,57 +410,138 @@ def click_record(
         "event_timestamp_ms": _optional_finite("event_timestamp_ms", event_timestamp_ms),
     }
     if pointer_type not in POINTER_TYPES:
-        raise ClickRefused(f"pointer_type={pointer_type!r} must be one of mouse, touch, pen.")
+        raise ClickRefused(
+            f"pointer_type={_shown(pointer_type)} must be one of mouse, touch, pen.", field="pointer_type"
+        )
     try:
         blocked = int(blocked_clicks or 0)
     except (TypeError, ValueError):
-        raise ClickRefused(f"blocked_clicks={blocked_clicks!r} is not an integer.") from None
+        raise ClickRefused(
+            f"blocked_clicks={_shown(blocked_clicks)} is not an integer.", field="blocked_clicks"
+        ) from None
     if not 0 <= blocked <= 10000:
-        raise ClickRefused(f"blocked_clicks={blocked} must be between 0 and 10000.")
-    onsets = _clean_phase_onsets(phase_onsets_ms)
+        raise ClickRefused(f"blocked_clicks={blocked} must be between 0 and 10000.", field="blocked_clicks")
+    onsets = _clean_phase_onsets(phase_onsets_ms, name="phase_onsets_ms")
+    scheduled = _clean_phase_onsets(scheduled_onsets_ms, name="scheduled_onsets_ms")
+    wait = _finite("load_wait_ms", load_wait_ms or 0.0, minimum=0.0)
     clean_flags = _clean_flags(flags)
     refresh = _optional_finite("refresh_hz", refresh_hz)
 
-    with transaction.atomic():
-        locked = Session.objects.select_for_update(no_key=True).get(pk=session.pk)
-        if locked.status != Session.Status.STARTED:
-            raise ClickRefused(f"session {locked.pk} is {locked.status}; it takes no more clicks.")
-        if locked.expires_at <= timezone.now():
-            raise ClickRefused(f"session {locked.pk} expired at {locked.expires_at:%H:%M:%S} UTC.")
-        trial = Trial.objects.filter(session=locked, position=position).first()
-        if trial is None:
-            raise ClickRefused(f"session {locked.pk} has no trial at position {position!r}.")
-        try:
-            with transaction.atomic():
-                click = Click.objects.create(
-                    trial=trial, idempotency_key=key, pointer_type=pointer_type, **values
-                )
-        except IntegrityError:
-            click = None
-        if click is None:
-            # Lost a race: either the same key (a concurrent retry) or another click for this trial.
-            winner = Click.objects.filter(idempotency_key=key).select_related("trial").first()
-            if winner is not None:
-                return _replayed(winner, session=session, position=position)
-            raise ClickRefused(f"trial {position} of session {locked.pk} already has its click.")
-        trial.phase_onsets_ms = onsets
-        trial.blocked_clicks = blocked
-        trial.flags = clean_flags
-        trial.refresh_hz = refresh
-        trial.save(update_fields=["phase_onsets_ms", "blocked_clicks", "flags", "refresh_hz"])
+    now = timezone.now()
+    if session.status != Session.Status.STARTED:
+        raise ClickRefused(
+            f"session {session.pk} is {session.status}; it takes no more clicks.", reason="session_closed"
+        )
+    if session.expires_at <= now:
+        raise ClickRefused(
+            f"session {session.pk} expired at {session.expires_at:%H:%M:%S} UTC.", reason="session_expired"
+        )
+    if trial is None:
+        raise ClickRefused(
+            f"session {session.pk} has no trial at position {position!r}.",
+            reason="no_trial",
+            field="position",
+        )
+    if trial.click_pk is not None:
+        raise ClickRefused(
+            f"trial {position} of session {session.pk} already has its click.", reason="trial_done"
+        )
+    _check_click_timing(
+        trial=trial,
+        study=session.study,
+        event_timestamp_ms=values["event_timestamp_ms"],
+        onsets=onsets,
+        now=now,
+    )
+
+    click = Click(trial=trial, idempotency_key=key, pointer_type=pointer_type, **values)
+    trial_fields = {
+        "phase_onsets_ms": onsets,
+        "scheduled_onsets_ms": scheduled,
+        "load_wait_ms": wait,
+        "blocked_clicks": blocked,
+        "flags": sorted(set(clean_flags) | set(trial_server_flags(trial=trial))),
+        "refresh_hz": refresh,
+    }
+    click_id = _insert_click(click=click, trial_fields=trial_fields)
+    if click_id is None:
+        # Lost a race: the same key (a concurrent retry, or a key of another session) or another click here.
+        winner = Click.objects.filter(idempotency_key=key).select_related("trial").first()
+        if winner is None:
+            raise ClickRefused(
+                f"trial {position} of session {session.pk} already has its click.", reason="trial_done"
+            )
+        if winner.trial_id != trial.pk:
+            raise _key_reused(position)
+        return _receipt(winner.pk, trial, trials, created=False)
     logger.info(
         "click recorded",
-        extra={"session_id": session.pk, "trial_id": trial.pk, "position": position, "click_id": click.pk},
+        extra={"session_id": session.pk, "trial_id": trial.pk, "position": position, "click_id": click_id},
     )
-    return click, True
+    return _receipt(click_id, trial, trials, created=True)
 
 
-def _replayed(click: Click, *, session: Session, position: int) -> tuple[Click, bool]:
-    if click.trial.session_id != session.pk or click.trial.position != position:
-        raise ClickRefused(
-            f"idempotency_key is already used by another trial; send a new key for trial {position}."
-        )
-    return click, False
+def _receipt(click_id: int, trial: Trial, trials: list[Trial], *, created: bool) -> ClickReceipt:
+    missing = [t.position for t in trials if t.click_pk is None and t.pk != trial.pk]
+    return ClickReceipt(
+        click_id=click_id,
+        trial_id=trial.pk,
+        position=trial.position,
+        created=created,
+        missing_positions=missing,
+    )
+
+
+def _key_reused(position: int) -> ClickRefused:
+    return ClickRefused(
+        f"idempotency_key is already used by another trial; send a new key for trial {position}.",
+        reason="key_reused",
+        field="idempotency_key",
+    )
+
+
+def click_record(*, session: Session, **fields) -> tuple[Click, bool]:
+    """``click_ingest`` for callers holding a Session that want the Click row: returns (click, created)."""
+    receipt = click_ingest(session_id=session.pk, **fields)
+    return Click.objects.select_related("trial").get(pk=receipt.click_id), receipt.created
+
+
+# --------------------------------------------------------------------------------------------------
+# problems the player showed the annotator
+
+
+def session_problem_record(
+    *, session: Session, status: int, endpoint: str, message: str, position: int | None = None
+) -> None:
+    """Keep a refusal the player showed the annotator (a 4xx it stopped retrying): appended to
+    ``session.problems`` (the first MAX_PROBLEMS, so a looping client cannot grow the row) and logged with
+    the session id, so a researcher or an operator can see why a worker got stuck. ``message`` is the
+    server's message as the player showed it, on one line, at most 500 characters."""
+    text = " ".join(str(message).split())[:500]
+    entry = {
+        "at": timezone.now().isoformat(),
+        "status": status,
+        "endpoint": endpoint,
+        "message": text,
+        "position": position,
+    }
+    with transaction.atomic():
+        locked = Session.objects.select_for_update(no_key=True).only("id", "problems").get(pk=session.pk)
+        problems = list(locked.problems or [])
+        if len(problems) < MAX_PROBLEMS:
+            locked.problems = [*problems, entry]
+            locked.save(update_fields=["problems"])
+    logger.warning(
+        "annotator shown a refusal",
+        extra={
+            "session_id": session.pk,
+            "study_id": session.study_id,
+            "endpoint": endpoint,
+            "status": status,
+            "position": position,
+            "problem": text,
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -375,6 +592,6 @@ def session_finish(*, session_id: int) -> Session:
             session_id=session.pk, assignment_id=session.platform_assignment_id
         )
         session.save(update_fields=["status", "finished_at", "completion_code"])
-        transaction.on_commit(lambda: celery_app.send_task(VALIDATE_SESSION_TASK, args=[session_id]))
+        task_intent_add(name=VALIDATE_SESSION_TASK, args=[session_id])
     logger.info("session finished", extra={"session_id": session.pk, "study_id": session.study_id})
     return session

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from collector.models import Dataset, Instance, Round, Study, Target
-from config.celery import app as celery_app
+from collector.services.outbox import task_intent_add
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +62,10 @@ def study_publish(*, study_id: int) -> Study:
                 raise StudyStateError(
                     f"dataset {study.dataset} has no instances; import images and masks first."
                 )
-            round_1 = round_create_first(study=study)
+            # A preview may have prepared round 1 already (study_preview_round); it is used as it is.
+            round_1 = study.rounds.filter(number=1).first() or round_create_first(study=study)
             study.published_at = timezone.now()
-            transaction.on_commit(lambda: celery_app.send_task(RENDER_ROUND_STIMULI_TASK, args=[round_1.pk]))
+            task_intent_add(name=RENDER_ROUND_STIMULI_TASK, args=[round_1.pk])
         study.state = Study.State.PUBLISHED
         study.save(update_fields=["state", "published_at"])
     logger.info("study published", extra={"study_id": study.pk})
@@ -94,3 +95,23 @@ def study_close(*, study_id: int) -> Study:
 def study_open_round(*, study: Study) -> Round | None:
     """The round workers currently get targets from (the highest open one), or None."""
     return study.rounds.filter(state=Round.State.OPEN).order_by("-number").first()
+
+
+def study_preview_round(*, study_id: int) -> Round:
+    """The round a researcher's preview shows: the open round, else the latest one; for a draft without
+    rounds, round 1 made now (one target per object, exactly what publishing would make; publishing then
+    uses it), so a study can be previewed before it is published. Sessions cannot start on it while the
+    study is a draft (``session_start`` needs a published study).
+
+    Raises StudyStateError when the dataset has no objects."""
+    with transaction.atomic():
+        # The lock makes two previews opened at once make round 1 once.
+        study = Study.objects.select_for_update(no_key=True).get(pk=study_id)
+        existing = study_open_round(study=study) or study.rounds.order_by("-number").first()
+        if existing is not None:
+            return existing
+        if not Instance.objects.filter(image__dataset=study.dataset).exists():
+            raise StudyStateError(f"dataset {study.dataset} has no instances; import images and masks first.")
+        round_1 = round_create_first(study=study)
+    logger.info("round 1 prepared for a preview", extra={"study_id": study_id, "round_id": round_1.pk})
+    return round_1

@@ -212,6 +212,13 @@ def _target_region(target: Target) -> tuple[np.ndarray, np.ndarray | None]:
     return region, ignore
 
 
+def target_region(*, target: Target) -> tuple[np.ndarray, np.ndarray | None]:
+    """(region, ignore band) bool (H, W) arrays a click on ``target`` is judged against; ignore is None
+    when the instance has no band. The researcher's preview asks this to say whether a click would count.
+    Raises ValidationError when a mask file is missing or has the wrong size."""
+    return _target_region(target)
+
+
 # --------------------------------------------------------------------------------------------------
 # the service
 

@@ -1,5 +1,6 @@
 // Study form: a looping preview of one trial (phases A-D with the chosen durations) and a live budget
-// estimate. Phase B is a server-rendered approximation for one instance of the chosen dataset.
+// estimate (the server's one formula, collector.selectors.budget). Phase B is a server-rendered
+// approximation for one instance of the chosen dataset.
 (function () {
   "use strict";
   const form = document.getElementById("study-form");
@@ -89,6 +90,7 @@
         batch_size: field("batch_size").value,
         reward: field("reward_per_batch").value,
         currency: field("currency").value,
+        platform: field("platform").value,
       });
       const response = await fetch(window.CLICKLAB_ESTIMATE_URL + "?" + params, { credentials: "same-origin" });
       const body = await response.json();
@@ -96,9 +98,11 @@
         document.getElementById("est-total").textContent = body.error || "cannot estimate";
         return;
       }
+      const paid = (device) => (body.devices[device] ? body.devices[device].assignments : 0);
       document.getElementById("est-targets").textContent = body.targets;
-      document.getElementById("est-batches").textContent = body.batches_pc + " / " + body.batches_mobile;
+      document.getElementById("est-batches").textContent = paid("pc") + " / " + paid("mobile");
       document.getElementById("est-total").textContent = Number(body.total).toFixed(2) + " " + body.currency;
+      document.getElementById("est-source").textContent = body.formula + "; " + body.note;
     }, 200);
   }
 

@@ -143,3 +143,77 @@ def wait_for(predicate, *, timeout_s: float = 30.0, what: str = "condition"):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+# An observer of what the page puts on screen, independent of the player's code and stamps: added before
+# the page's own scripts, its requestAnimationFrame loop re-registers first thing in each callback, so in
+# every frame it runs before any callback the player adds. It reads back the pixels of the canvas on top
+# (an 8x8 thumbnail) and whether the "Click now" hint is shown, i.e. the picture the previous frame sent to the
+# screen, and logs the frame's timestamp whenever that changes: [timestamp, fingerprint, hint shown].
+SCREEN_OBSERVER = """
+(() => {
+  const log = [];
+  window.clicklabScreenLog = log;
+  let thumb = null, last = '';
+  function tick(timestamp) {
+    requestAnimationFrame(tick);
+    const screen = document.getElementById('screen-trial');
+    if (!screen || screen.hidden) { return; }
+    // The picture on top: of the stage's visible canvases (not hidden, and opaque enough to change an
+    // 8-bit pixel), the highest z-index, then the last in document order (later siblings paint over).
+    let canvas = null, top = -Infinity;
+    for (const c of document.querySelectorAll('#stage canvas')) {
+      const style = getComputedStyle(c);
+      if (!c.width || style.visibility === 'hidden' || style.display === 'none' || Number(style.opacity) * 255 < 0.5) { continue; }
+      const z = Number(style.zIndex) || 0;
+      if (z >= top) { top = z; canvas = c; }
+    }
+    if (!canvas) { return; }
+    if (!thumb) { thumb = document.createElement('canvas'); thumb.width = 8; thumb.height = 8; }
+    const context = thumb.getContext('2d', { willReadFrequently: true });
+    context.drawImage(canvas, 0, 0, 8, 8);
+    const pixels = context.getImageData(0, 0, 8, 8).data;
+    let fingerprint = '';
+    for (let i = 0; i < pixels.length; i += 4) { fingerprint += pixels[i] + ',' + pixels[i + 1] + ',' + pixels[i + 2] + ';'; }
+    if (fingerprint.split(';').every((pixel, i, all) => pixel === all[0] || !pixel)) { return; }  // blank: no picture yet
+    const hint = document.getElementById('hint').textContent === 'Click now';
+    const state = fingerprint + (hint ? 'D' : '');
+    if (state !== last) { last = state; log.push([timestamp, fingerprint, hint]); }
+  }
+  requestAnimationFrame(tick);
+})();
+"""
+
+
+def screen_phase_durations(log: list, trials: int) -> list[dict]:
+    """On-screen onsets and durations of phases A, B, C of the first ``trials`` trials from a
+    SCREEN_OBSERVER log: A is a new picture, B a different one, C the A picture again, D the same picture
+    with the hint. Between trials the last picture may stay (hint gone) until A replaces it."""
+    found, at, previous = [], 0, None
+    for _ in range(trials):
+        while at < len(log) and (log[at][1] == previous or log[at][2]):
+            at += 1
+        run = log[at : at + 4]
+        ok = (
+            len(run) == 4
+            and not run[1][2]
+            and run[1][1] != run[0][1]
+            and run[2][1] == run[0][1]
+            and not run[2][2]
+            and run[3][1] == run[0][1]
+            and run[3][2]
+        )
+        assert ok, (
+            f"trial {len(found)}: screen changes do not follow A, B, C, D: {[(r[0], r[2]) for r in run]}"
+        )
+        onsets = {phase: run[index][0] for index, phase in enumerate("ABCD")}
+        found.append(
+            {
+                "onsets": onsets,
+                "A": onsets["B"] - onsets["A"],
+                "B": onsets["C"] - onsets["B"],
+                "C": onsets["D"] - onsets["C"],
+            }
+        )
+        previous, at = run[0][1], at + 4
+    return found

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
-from collector.models import Click, Session, Study
+from collector.models import Click, Session, Study, Target
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make, study_link_token_make
 from tests.factories import make_dataset, make_researcher, make_study, make_worker
@@ -56,13 +57,21 @@ def test_link_get_creates_nothing_and_post_starts_a_session(client, study):
 
     response = client.post(url, {"device": "mobile"}, HTTP_USER_AGENT="Phone UA")
     session = Session.objects.get()
-    assert response.status_code == 303
-    assert response["Location"] == reverse(
-        "annotation_ui:player", kwargs={"token": session_token_make(session_id=session.pk)}
+    # The player page itself (no redirect round trip), showing the batch's own address.
+    player_url = reverse("annotation_ui:player", kwargs={"token": session_token_make(session_id=session.pk)})
+    assert response.status_code == 200 and _payload(response)["session"]["id"] == session.pk
+    assert f'history.replaceState(null, "", "{player_url}' in response.content.decode().replace(
+        "\\u002D", "-"
     )
     assert session.device == "mobile" and session.detected_device == "mobile" and session.trials.count() == 3
     assert session.worker.platform == "link" and session.user_agent == "Phone UA"
-    client.post(url, {"device": "pc"})
+    cookie = response.cookies[f"clicklab_link_worker_{study.pk}"]
+    assert cookie["httponly"] and cookie["path"] == "/s/" and cookie["samesite"] == "Lax"
+    # The same browser again: the same worker, its running batch resumed; another browser: a new worker.
+    again = client.post(url, {"device": "mobile"})
+    assert again.status_code == 200 and Session.objects.count() == 1
+    other = Client()
+    other.post(url, {"device": "pc"})
     assert Session.objects.count() == 2 and Session.objects.values("worker").distinct().count() == 2
 
 
@@ -256,7 +265,10 @@ def test_preview_needs_a_researcher_who_may_see_the_study(client, study):
     response = client.get(url)
     assert response.status_code == 200
     payload = _payload(response)
-    assert payload["mode"] == "preview" and len(payload["trials"]) == 3 and payload["api"] == {}
+    assert payload["mode"] == "preview" and len(payload["trials"]) == 3
+    assert payload["api"] == {"preview_check": f"/researcher/studies/{study.pk}/preview/check"}
+    targets = set(Target.objects.filter(round__study=study).values_list("pk", flat=True))
+    assert {trial["target_id"] for trial in payload["trials"]} <= targets
     image = client.get(payload["trials"][0]["target_url"])
     assert image.status_code == 200 and image["Content-Type"] == "image/webp"
     assert not Session.objects.exists()

@@ -81,3 +81,37 @@ def test_end_to_end_embedded_on_grabcut_resumes(grabcut_root, tmp_path, capsys):
     assert main(argv) == 0  # resumes: nothing is recomputed
     assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "instances").glob("*.npz")} == stamps
     assert "| embedded | GrabCut | 3 |" in capsys.readouterr().out
+
+
+def test_two_datasets_with_one_name_do_not_share_a_run_folder(tmp_path, capsys):
+    """#15.4: same layout, other content: a clear error naming both folders and --name; rows carry path + hash."""
+    from benchmark.cli import dataset_content_hash
+
+    from .conftest import write_grabcut
+
+    first, second = tmp_path / "a" / "GrabCut", tmp_path / "b" / "GrabCut"
+    write_grabcut(first, {"one": (2, 3, 10, 12)})
+    write_grabcut(second, {"one": (4, 4, 12, 12)})
+    out = tmp_path / "runs"
+    argv = ["run", "--method", "embedded", "--groups", "0", "--max-clicks", "1", "--heatmaps", "0", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert main([*argv, "--dataset", str(first)]) == 0
+    assert main([*argv, "--dataset", str(first)]) == 0  # the same dataset again: resumes
+    capsys.readouterr()
+    assert main([*argv, "--dataset", str(second)]) == 2
+    error = capsys.readouterr().err
+    assert str(first.resolve()) in error and str(second.resolve()) in error and "--name" in error
+    assert main([*argv, "--dataset", str(second), "--name", "GrabCut-b"]) == 0
+    report = pd.read_csv(out / "report.csv")
+    hashes = {
+        open_dataset(root, "grabcut").root: dataset_content_hash(open_dataset(root, "grabcut"))
+        for root in (first, second)
+    }
+    assert report["Dataset"].tolist() == ["GrabCut", "GrabCut-b"]
+    assert report["Dataset path"].tolist() == [str(first.resolve()), str(second.resolve())]
+    assert report["Dataset hash"].tolist() == [hashes[first], hashes[second]]
+    assert hashes[first] != hashes[second]
+    # the hash is of the content, not of the name or the folder
+    copy = tmp_path / "c" / "GrabCut"
+    write_grabcut(copy, {"one": (2, 3, 10, 12)})
+    assert dataset_content_hash(open_dataset(copy, "grabcut", name="Else")) == hashes[first]

@@ -24,7 +24,15 @@ def test_noc_exact_threshold_and_ritm_float_quirk():
     assert exactly_090 == 0.9
     ious = [0.5, exactly_090, 0.95]
     assert noc(ious, 0.90) == 2
-    assert noc(ious, 0.90, ritm_float_quirk=True) == 3  # 0.9 < 0.9000000000000001
+    assert noc(ious, 0.90, ritm_float_quirk=True) == 2  # float32: 0.9f >= float32(0.9000000000000001)
+    just_below = [0.5, 0.89999995, 0.8999999, 0.95]  # the first rounds to 0.9f in float32, the second not
+    assert noc(just_below, 0.90) == 4
+    assert noc(just_below, 0.90, ritm_float_quirk=True) == 2
+    assert noc([0.5, 0.85], 0.85, ritm_float_quirk=True) == 2
+    # RITM's own arithmetic: a float32 IoU array against the np.arange threshold, compared in float32
+    ritm_ious = np.array(just_below, dtype=np.float32)
+    ritm_thr = np.float32(np.arange(0.80, 0.90 + 0.001, 0.05)[-1])
+    assert int(np.argmax(ritm_ious >= ritm_thr)) + 1 == 2
     assert noc([0.5, 0.6], 0.85) == 20
     assert noc([0.5, 0.6], 0.85, max_clicks=2) == 2
     assert ritm_threshold(0.85) == 0.8500000000000001

@@ -44,10 +44,13 @@ def test_summary_by_hand():
     np.testing.assert_allclose(row["curve_groups"][0], [0.25, 0.45, 0.71])
 
 
-def test_float_quirk_changes_noc_at_exactly_090():
+def test_float_quirk_counts_ious_that_round_to_090_in_float32():
     exact = _result("a", [0.9, 0.9, 0.9], [[0.9, 0.9, 0.9], [0.9, 0.9, 0.9]])
     assert summarize([exact])["base_noc90"] == 1
-    assert summarize([exact], ritm_float_quirk=True)["base_noc90"] == 3
+    assert summarize([exact], ritm_float_quirk=True)["base_noc90"] == 1
+    below = _result("b", [0.89999996] * 3, [[0.89999996] * 3] * 2)
+    assert summarize([below])["base_noc90"] == 3
+    assert summarize([below], ritm_float_quirk=True)["base_noc90"] == 1
 
 
 def test_table_markdown_and_files(tmp_path):

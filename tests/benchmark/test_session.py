@@ -137,3 +137,57 @@ def test_replay_and_annotator_sessions(tiny_dataset, disk_predictor):
     report = sess.get_report()
     assert report.groupby("image_stem")["click_index"].max().le(4).all()
     assert (report.groupby(["image_stem", "round"]).size() <= 2).all()
+
+
+@pytest.mark.dataset
+def test_readme_example_session_and_benchmark_run_agree_on_grabcut(grabcut_root, tmp_path):
+    """#15.2: the README loop hands back the previous logits as the engine does, so the numbers match
+    (without ``sess.previous_logits`` the per-click IoUs differ on these instances)."""
+    from benchmark.cli import main
+    from benchmark.datasets import open_dataset
+    from benchmark.engine import load_results
+    from segmenters.registry import get_predictor
+
+    options = {"work_long_side_px": 96}
+    argv = ["run", "--method", "embedded", "--dataset", str(grabcut_root), "--groups", "0", "--max-clicks", "3",
+            "--limit", "3", "--option", "work_long_side_px=96", "--out", str(tmp_path), "--heatmaps", "0",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    engine = {r.key: r.base_iou for r in load_results(tmp_path / "embedded" / "GrabCut")}
+    engine_summary = json.loads((tmp_path / "embedded" / "GrabCut" / "summary.json").read_text())
+
+    dataset = open_dataset(grabcut_root, "grabcut")
+    predictor = get_predictor("embedded", **options)
+    # the README example, verbatim but for the dataset slice
+    with ClickSession(dataset=dataset.samples[:3], clicker="baseline", max_clicks=3, seed=0) as sess:
+        while sess.next():
+            sample, clicks, is_new = sess.get_clicks(only_last=False)
+            if is_new:
+                embedding = predictor.encode(sample.load_image())
+            prediction = predictor.predict(embedding, clicks, sess.previous_logits)
+            result = sess.submit_masks(prediction)  # or probabilities / a bool mask (+ logits=...)
+    report = sess.get_report()
+    summary = sess.get_global_summary()
+    assert len(engine) == 3
+    for key, ious in engine.items():
+        rows = report[report["image_stem"] == key.image_stem]
+        assert rows["iou"].tolist() == ious.tolist()  # exact, click by click
+    assert summary["noc"]["90"] == engine_summary["base_noc90"]
+    assert summary["noc"]["85"] == engine_summary["base_noc85"]
+    assert summary["miou_curve"] == engine_summary["curve_base"]
+    assert result.status == "accepted"
+
+
+def test_previous_logits_follow_the_submissions(tiny_dataset, disk_predictor):
+    with ClickSession(dataset=tiny_dataset, max_clicks=2) as sess:
+        handed = []
+        while sess.next():
+            sample, clicks, _ = sess.get_clicks()
+            handed.append(sess.previous_logits)
+            prediction = disk_predictor.predict(disk_predictor.encode(sample.load_image()), clicks)
+            if len(clicks) == 1:
+                sess.submit_masks(prediction)
+            else:
+                sess.submit_masks(prediction.probabilities, logits="mine")
+    assert handed[0] is None and handed[2] is None  # a sample's first round
+    assert handed[1].dtype == bool and handed[1].any()  # Prediction.logits of round 1 (the disk's bool map)

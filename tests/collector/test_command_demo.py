@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 
 from tests.support.celery_worker import PROJECT_ROOT
+from tests.support.media_probe import fetch, leaks, probe_urls
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +35,53 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path, chromium):
+def _demo_env(tmp_path) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
+        if k
+        not in {
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "SECRET_KEY",
+            "DJANGO_SETTINGS_MODULE",
+            "PUBLIC_BASE_URL",
+        }
     }
     env.update({"CLICKLAB_VAR_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def test_make_demo_passes_port_and_host_to_the_command():
+    dry_run = subprocess.run(["make", "-n", "demo", "PORT=8123", "HOST=0.0.0.0"], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "manage.py demo --port 8123 --host 0.0.0.0" in dry_run.stdout
+    # a shell's own HOST (zsh exports the machine name) does not move the demo off loopback
+    plain = subprocess.run(["make", "-n", "demo"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "HOST": "some-machine", "PORT": "1"})  # fmt: skip
+    assert "manage.py demo --port 8000 --host 127.0.0.1" in plain.stdout
+
+
+def test_a_busy_port_is_a_clear_failure(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run([sys.executable, "manage.py", "demo", "--port", str(port)], cwd=PROJECT_ROOT,
+                                env=_demo_env(tmp_path), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert f"make demo PORT={port + 1}" in result.stderr
+    assert "ready" not in result.stdout.lower()
+    assert not (tmp_path / "demo").exists(), "nothing is set up when the demo cannot serve"
+
+
+@pytest.mark.embedded_smoke
+def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path, chromium):
+    env = _demo_env(tmp_path)
     migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=PROJECT_ROOT, env=env,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert migrate.returncode == 0, migrate.stderr
@@ -90,6 +131,14 @@ def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path, chromium):
             time.sleep(1)
         total = db.execute("SELECT COUNT(*) FROM collector_target").fetchone()[0]
         assert total == 9 and pending == 0, log_path.read_text()[-3000:]
+
+        # the default binds loopback and says so; DEBUG is on here, and still no file under MEDIA_ROOT (ground
+        # truth, originals, stimuli) comes back to a visitor without the login, whatever the URL
+        assert "reachable from this machine only (loopback)" in text
+        probes = probe_urls(tmp_path / "media")
+        assert len(probes) >= 4 * 9 * 2, "the demo wrote its images and masks under MEDIA_ROOT"
+        leaked = [url for path, url in probes if leaks(*fetch("127.0.0.1", port, url), path)]
+        assert not leaked, leaked[:5]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
@@ -99,3 +148,16 @@ def test_demo_serves_the_annotator_link_and_stops_on_ctrl_c(tmp_path, chromium):
     assert proc.returncode == 0
     time.sleep(0.5)
     assert not any(_pid_alive(pid) for pid in pids), "a child of `demo` survived Ctrl-C"
+
+    # HOST=0.0.0.0 (set up again on the same data, not served: tests bind loopback only): a warning, and
+    # links that name this machine's LAN address, never 0.0.0.0.
+    again = subprocess.run([sys.executable, "manage.py", "demo", "--setup-only", "--host", "0.0.0.0", "--port", "8765"],
+                           cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "HOST=0.0.0.0: the app is reachable from every machine" in again.stderr
+    assert "Ground-truth masks stay private" in again.stderr
+    from collector.management.commands.demo import lan_address
+
+    links = re.findall(r"(http://\S+?)/s/\S+/", again.stdout)
+    assert len(links) == 3 and set(links) == {f"http://{lan_address()}:8765"}, again.stdout
+    assert "0.0.0.0" not in again.stdout and "already imported" in again.stdout

@@ -3,10 +3,12 @@ provenance, all-or-nothing), with a square predictor of exact geometry and with 
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from PIL import Image as PILImage
@@ -17,13 +19,15 @@ from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import (
     MAX_PREVIOUS_IOU,
-    NextRoundError,
     drop_small_components,
     error_regions,
     round_build_next,
+    round_build_retry,
+    rounds_awaiting_build,
 )
 from exports.stems import full_stem_check
 from segmenters.base import Embedding, Prediction, Predictor
+from segmenters.checkpoints import file_sha256, parse_checkpoint_table, resolve_checkpoint
 from segmenters.registry import register, unregister
 from tests.factories import make_clicked_session, make_rect_dataset, make_study
 
@@ -37,10 +41,11 @@ class SquarePredictor(Predictor):
     name = "test-square"
     model_type = "square"
     threshold = 0.5
+    side = SIDE
 
     @property
     def model_id(self) -> str:
-        return "test-square-100"
+        return f"test-square-{self.side}"
 
     def encode(self, image: np.ndarray) -> Embedding:
         return Embedding(model_id=self.model_id, image_shape=image.shape[:2], payload=None, nbytes=0)
@@ -48,9 +53,44 @@ class SquarePredictor(Predictor):
     def predict(self, embedding, clicks, previous_logits=None) -> Prediction:
         height, width = embedding.image_shape
         probabilities = np.zeros((height, width), dtype=np.float32)
-        x0, y0 = round(clicks[-1].x - SIDE / 2), round(clicks[-1].y - SIDE / 2)
-        probabilities[max(0, y0) : max(0, y0 + SIDE), max(0, x0) : max(0, x0 + SIDE)] = 1.0
+        x0, y0 = round(clicks[-1].x - self.side / 2), round(clicks[-1].y - self.side / 2)
+        probabilities[max(0, y0) : max(0, y0 + self.side), max(0, x0) : max(0, x0 + self.side)] = 1.0
         return Prediction(probabilities=probabilities)
+
+
+class CheckpointedSquarePredictor(SquarePredictor):
+    """The square predictor with variants (the square's side) and a checkpoint file, resolved and hashed
+    by the library's own checkpoint code, like a real adapter."""
+
+    name = "test-square-ckpt"
+    variants = {"side100": "square_100.bin", "side60": "square_60.bin"}
+
+    def __init__(self, *, checkpoint=None, variant: str = "side100", checkpoint_dir=None) -> None:
+        self.variant = variant
+        self.side = int(variant.removeprefix("side"))
+        self.checkpoint_path = resolve_checkpoint(
+            predictor_name=self.name,
+            variant=variant,
+            checkpoint=checkpoint,
+            default_file_name=self.variants[variant],
+            directory=checkpoint_dir,
+            download_hint="written by the test",
+        )
+        self._sha256 = file_sha256(self.checkpoint_path)
+
+    @property
+    def checkpoint_hash(self) -> str:
+        return self._sha256
+
+
+class BrokenPredictor(SquarePredictor):
+    """A predictor with a bug (not a SegmenterError): the build must not hide it as a configuration error."""
+
+    name = "test-broken"
+    model_type = "broken"
+
+    def predict(self, embedding, clicks, previous_logits=None) -> Prediction:
+        raise KeyError("a bug in the predictor, not a configuration error")
 
 
 RECT = (150, 100, 249, 199)  # the object of make_rect_dataset: 100 x 100 px, centre (200, 150)
@@ -279,12 +319,21 @@ def test_failed_build_leaves_no_round_and_no_files_and_orphans_are_cleaned(tmp_p
     mask_name = t1.instance.mask_file.name
     saved = default_storage.open(mask_name, "rb").read()
     default_storage.delete(mask_name)
-    with pytest.raises(NextRoundError, match=re.escape(mask_name)):
-        round_build_next(round_id=round_1.pk)
+    failed = round_build_next(round_id=round_1.pk)
+    assert failed.round is None and not failed.created and mask_name in failed.error
+    round_1.refresh_from_db()
+    assert round_1.build_error == failed.error and round_1.build_failed_at is not None
     assert not Round.objects.filter(study=study, number=2).exists()
     assert _files_under(f"rounds/study_{study.pk}/round_2") == [orphan]
-    # Repaired, the build runs once and removes the orphan.
+    # Repaired, the build still waits for a retry (it is not re-run by a redelivered message or the beat).
     default_storage.save(mask_name, ContentFile(saved))
+    assert round_build_next(round_id=round_1.pk).error == failed.error
+    assert round_1.pk not in rounds_awaiting_build()
+    assert not Round.objects.filter(study=study, number=2).exists()
+    # Retried, the build runs once and removes the orphan.
+    assert round_build_retry(round_id=round_1.pk) and not round_build_retry(round_id=round_1.pk)
+    round_1.refresh_from_db()
+    assert (round_1.build_error, round_1.build_failed_at) == ("", None)
     result = round_build_next(round_id=round_1.pk)
     assert result.created and result.round.targets.count() == 4
     assert not default_storage.exists(orphan)
@@ -292,6 +341,101 @@ def test_failed_build_leaves_no_round_and_no_files_and_orphans_are_cleaned(tmp_p
     stored = set(Target.objects.filter(round=result.round).values_list("error_mask_file", flat=True))
     stored |= set(Target.objects.filter(round=result.round).values_list("previous_mask_file", flat=True))
     assert set(files) == stored and len(stored) == 4 + 2
+
+
+# --------------------------------------------------------------------------------------------------
+# The study's segmenter choice, provenance, and failures shown to the researcher
+
+
+@pytest.fixture
+def checkpointed_square(settings, tmp_path):
+    """``test-square-ckpt`` registered; the site's checkpoint folder holds the official side100 file and
+    SEGMENTER_CHECKPOINTS names a side60 file kept elsewhere."""
+    register("test-square-ckpt")(CheckpointedSquarePredictor)
+    register("test-broken")(BrokenPredictor)
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    (folder / "square_100.bin").write_bytes(b"official hundred")
+    ours = tmp_path / "elsewhere" / "ours_60.bin"
+    ours.parent.mkdir()
+    ours.write_bytes(b"our sixty")
+    settings.SEGMENTER_CHECKPOINT_DIR = folder
+    settings.SEGMENTER_CHECKPOINTS = parse_checkpoint_table(f"test-square-ckpt:side60={ours}")
+    settings.NEXT_ROUND_SEGMENTERS = ["test-square-ckpt"]
+    yield {"official": folder / "square_100.bin", "ours": ours}
+    unregister("test-square-ckpt")
+    unregister("test-broken")
+
+
+def _one_click_study(tmp_path, **fields):
+    study = make_study(make_rect_dataset(tmp_path, n_images=1), publish=True, min_error_area_px=100, **fields)
+    round_1 = study.rounds.get(number=1)
+    (target,) = round_1.targets.all()
+    make_clicked_session(study, clicks=[(target, CX + 5, CY)])
+    return study, _closed_round_1(study)
+
+
+@pytest.mark.django_db
+def test_the_study_choice_picks_model_variant_and_checkpoint_and_targets_record_them(
+    tmp_path, checkpointed_square
+):
+    chosen, round_chosen = _one_click_study(tmp_path / "a", next_round_segmenter="test-square-ckpt:side60")
+    default, round_default = _one_click_study(tmp_path / "b")
+
+    built = round_build_next(round_id=round_chosen.pk).round
+    (fn,) = built.targets.all()  # a 60 px square inside the 100 px object: no fp region
+    assert fn.click_type == "fn" and fn.error_area == 100 * 100 - 60 * 60
+    assert (fn.model_type, fn.model_id, fn.model_variant) == ("square", "test-square-60", "side60")
+    assert fn.checkpoint_sha256 == hashlib.sha256(b"our sixty").hexdigest()
+
+    fn, fp = round_build_next(round_id=round_default.pk).round.targets.order_by("click_type")
+    assert (fn.error_area, fp.error_area) == (500, 500)  # the site default: side100, official file
+    for target in (fn, fp):
+        assert (target.model_id, target.model_variant) == ("test-square-100", "side100")
+        assert target.checkpoint_sha256 == hashlib.sha256(b"official hundred").hexdigest()
+
+
+@pytest.mark.parametrize("case", ["checkpoint file missing", "package missing", "unknown segmenter"])
+@pytest.mark.django_db
+def test_a_segmenter_that_cannot_run_fails_the_build_with_its_reason(
+    tmp_path, settings, checkpointed_square, case
+):
+    if case == "checkpoint file missing":
+        settings.SEGMENTER_CHECKPOINTS = {}  # side60 now means its official file, absent from the folder
+        segmenter = "test-square-ckpt:side60"
+        expected = re.escape(f"not found at {checkpointed_square['official'].parent / 'square_60.bin'}")
+    elif case == "package missing":  # really missing here: no RITM/SimpleClick clone (isegm) is installed
+        segmenter = "simpleclick"
+        expected = r"predictor 'simpleclick' cannot run here: the 'isegm' package is not installed"
+    else:
+        segmenter, expected = "nope", r"segmenter 'nope' is neither an entry of the checkpoint table"
+    settings.NEXT_ROUND_SEGMENTERS = [segmenter]
+    study, round_1 = _one_click_study(tmp_path)
+    result = round_build_next(round_id=round_1.pk)
+    assert result.round is None and re.search(expected, result.error), result.error
+    round_1.refresh_from_db()
+    assert round_1.build_error == result.error and round_1.build_failed_at is not None
+    assert not Round.objects.filter(study=study, number=2).exists()
+    assert round_1.pk not in rounds_awaiting_build()
+
+
+@pytest.mark.django_db
+def test_a_bug_in_a_segmenter_is_not_recorded_as_a_build_failure(tmp_path, settings, checkpointed_square):
+    settings.NEXT_ROUND_SEGMENTERS = ["test-broken"]
+    study, round_1 = _one_click_study(tmp_path)
+    with pytest.raises(KeyError, match="a bug in the predictor"):
+        round_build_next(round_id=round_1.pk)
+    round_1.refresh_from_db()
+    assert round_1.build_error == "" and round_1.pk in rounds_awaiting_build()
+
+
+@pytest.mark.django_db
+def test_a_study_cannot_choose_a_segmenter_the_site_cannot_name(tmp_path, checkpointed_square):
+    dataset = make_rect_dataset(tmp_path, n_images=1)
+    with pytest.raises(ValidationError, match="next_round_segmenter.*'sam:vit_x' is neither"):
+        make_study(dataset, next_round_segmenter="sam:vit_x")
+    assert make_study(dataset, next_round_segmenter="test-square-ckpt:side60").next_round_segmenter
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collector.models import Click, Session
 from collector.services.quality import session_quality_flags
 from collector.services.sessions import click_record, session_finish, session_start
 from collector.services.validation import session_validate
-from tests.factories import make_dataset, make_study, make_worker
+from tests.factories import make_dataset, make_study, make_worker, present_trials
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +31,7 @@ def _batch(
         study=study, worker=worker or make_worker(), device=device, client_info=client_info,
         detected_device=detected_device,
     )  # fmt: skip
+    present_trials(session)
     for trial in session.trials.select_related("target__instance"):
         instance = trial.target.instance
         values = {

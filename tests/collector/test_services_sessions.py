@@ -22,10 +22,11 @@ from collector.services.sessions import (
     session_finish,
     session_start,
 )
-from tests.factories import make_dataset, make_study, make_worker
+from tests.factories import make_dataset, make_study, make_worker, present_trials
 
 
 def _click(session, index, key=None, **overrides):
+    present_trials(session, positions=[index])
     values = {
         "session": session,
         "position": index,

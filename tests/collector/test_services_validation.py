@@ -24,6 +24,7 @@ from tests.factories import (
     make_rect_dataset,
     make_study,
     make_worker,
+    present_trials,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -118,6 +119,7 @@ OUTSIDE_IMAGE = (400.0, 150.5, 151.0, False, "outside_image")
 def _finished_session(study, plan, *, device="pc", flagged_positions=()):
     """One batch by a new worker; ``plan[position]`` = (x, y, ...) of the click."""
     session = session_start(study=study, worker=make_worker(), device=device)
+    present_trials(session)
     for trial in session.trials.select_related("target__instance__image"):
         x, y = plan[trial.position][:2]
         click_record(

@@ -71,3 +71,22 @@ def test_secret_values_are_redacted_from_log_records(settings, setting):
     )
     assert RedactSecretsFilter().filter(record)
     assert secret not in record.getMessage() and "[redacted]" in record.getMessage()
+
+
+def test_segmenter_checkpoints_come_from_the_environment_and_a_bad_entry_stops_the_start(tmp_path):
+    code = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps({k: [c.predictor, c.variant, c.checkpoint] for k, c in s.SEGMENTER_CHECKPOINTS.items()}))"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "config.settings", "CLICKLAB_VAR_DIR": str(tmp_path)}
+    drop = ("DATABASE_URL", "CELERY_BROKER_URL")
+    table = "sam:vit_h=/models/sam_vit_h_4b8939.pth, simpleclick:vit_base:ours=cocolvis_vit_base.pth"
+    result = _run(["-c", code], {**env, "CLICKLAB_SEGMENTER_CHECKPOINTS": table}, drop=drop)
+    assert result.returncode == 0, result.stderr
+    assert __import__("json").loads(result.stdout.strip().splitlines()[-1]) == {
+        "sam:vit_h": ["sam", "vit_h", "/models/sam_vit_h_4b8939.pth"],
+        "simpleclick:vit_base:ours": ["simpleclick", "vit_base", "cocolvis_vit_base.pth"],
+    }
+    bad = _run(["-c", code], {**env, "CLICKLAB_SEGMENTER_CHECKPOINTS": "sam:vit_q=x.pth"}, drop=drop)
+    assert bad.returncode != 0 and "ImproperlyConfigured" in bad.stderr
+    assert "CLICKLAB_SEGMENTER_CHECKPOINTS key 'sam:vit_q': sam has no variant 'vit_q'" in bad.stderr

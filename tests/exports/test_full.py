@@ -30,6 +30,8 @@ def test_parquet_holds_every_click_with_session_and_measurements(small_study, tm
         assert row["counted"] == (bool(click.is_valid) and session.validity == "counted")
         assert row["full_stem"] == click.trial.target.full_stem
         assert json.loads(row["phase_onsets_ms"]) == click.trial.phase_onsets_ms
+        assert json.loads(row["scheduled_onsets_ms"]) == click.trial.scheduled_onsets_ms
+        assert row["load_wait_ms"] == click.trial.load_wait_ms
         assert (row["viewport_width"], row["viewport_height"], row["device_pixel_ratio"]) == (
             1280.0,
             720.0,
@@ -122,3 +124,24 @@ def test_unknown_format_is_refused(small_study, tmp_path):
 )
 def test_client_measurements_read_the_players_report(info, expected):
     assert client_measurements(info) == expected
+
+
+@pytest.mark.django_db
+def test_every_click_row_says_which_model_made_its_targets_previous_mask(small_study, tmp_path):
+    from collector.models import Target
+
+    corrections = Target.objects.filter(round__study=small_study.study).exclude(click_type="first")
+    for index, target in enumerate(corrections.order_by("pk")):
+        Target.objects.filter(pk=target.pk).update(
+            model_id=f"sam:vit_b:fingerprint{index}:mm1",
+            model_variant="vit_b",
+            checkpoint_sha256=f"{index:064x}",
+        )
+    expected = {t.pk: (t.model_id, t.model_variant, t.checkpoint_sha256) for t in Target.objects.all()}
+    rows = pq.read_table(full_export(study_ids=[small_study.study.pk], out_path=tmp_path / "f.parquet").path)
+    rows = rows.to_pylist()
+    assert {r["click_type"] for r in rows} == {"first", "fn", "fp"}
+    for row in rows:
+        assert (row["model_id"], row["model_variant"], row["checkpoint_sha256"]) == expected[row["target_id"]]
+        assert (row["model_id"] == "") == (row["click_type"] == "first")
+    assert COLUMN_NAMES.index("model_id") == COLUMN_NAMES.index("model_type") + 1

@@ -468,3 +468,30 @@ def test_png_header_reader_accepts_only_8_bit_grey_png():
     PILImage.fromarray(np.zeros((7, 11), dtype=np.uint8)).save(jpeg, format="JPEG")
     assert png_grey8_size(jpeg.getvalue()) is None
     assert png_grey8_size(b"") is None
+
+
+@pytest.mark.django_db
+def test_the_manifest_names_who_made_each_previous_mask_and_clicks_csv_keeps_its_columns(
+    small_study, tmp_path
+):
+    corrections = list(Target.objects.filter(round__study=small_study.study).exclude(click_type="first"))
+    for target in corrections:
+        Target.objects.filter(pk=target.pk).update(
+            model_id=f"ritm:hrnet18_cocolvis:zoom400s1:flip1:limNone#{target.pk}",
+            model_variant="hrnet18_cocolvis",
+            checkpoint_sha256=f"{target.pk:064x}",
+        )
+    result = rclicks_export(study_ids=[small_study.study.pk], out_dir=tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["columns"] == list(CLICKS_COLUMNS)
+    with open(result.clicks_csv, newline="") as handle:
+        assert next(csv.reader(handle)) == list(CLICKS_COLUMNS)
+    provenance = manifest["prev_mask_provenance"]
+    assert len(provenance) == result.masks
+    for target in corrections:
+        assert provenance[f"{target.full_stem}.png"] == {
+            "model_type": target.model_type,
+            "model_id": f"ritm:hrnet18_cocolvis:zoom400s1:flip1:limNone#{target.pk}",
+            "model_variant": "hrnet18_cocolvis",
+            "checkpoint_sha256": f"{target.pk:064x}",
+        }

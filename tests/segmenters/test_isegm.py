@@ -1,11 +1,17 @@
-"""RITM/SimpleClick adapter: click encoding, zoom-in geometry and flip TTA, on a stand-in network.
+"""RITM/SimpleClick adapter: click encoding, zoom-in geometry and flip TTA, on stand-in networks.
 
 The ``isegm`` package (RITM/SimpleClick clones) is not installable from PyPI, so the predictor is
-driven with ``model=``: a small network following the isegm interface whose output is a known
-function of the clicks, which lets the tests check where the clicks end up after zoom and flip.
+driven with ``model=`` (or with a stand-in clone on ``sys.path``): small networks following the isegm
+interface whose output is a known function of the clicks, which lets the tests check where the clicks
+end up after zoom and flip. SimpleClick's stand-in is a tiny plain ViT with a fixed patch grid
+(``standins.TinyPlainVitModel``), so it fails on any input size but its own, as the real one does.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
 
 import numpy as np
 import pytest
@@ -17,14 +23,20 @@ from segmenters.isegm import (
     RitmPredictor,
     SimpleClickPredictor,
     ZoomIn,
+    box_holds_positive_clicks,
     box_iou,
     encode_points,
     expand_box,
+    fit_position_embedding,
     isegm_missing,
+    ritm_missing,
+    simpleclick_missing,
 )
-from segmenters.registry import get_predictor
+from segmenters.provenance import predictor_provenance
+from segmenters.registry import available_predictors, get_predictor
 
 from .conftest import square_scene
+from .standins import TinyPlainVitModel
 
 
 class ClickDiskNet(torch.nn.Module):
@@ -173,3 +185,247 @@ def test_checkpoint_loading_without_isegm_says_what_to_install(tmp_path):
         get_predictor("ritm", checkpoint=tmp_path / "coco_lvis_h18_itermask.pth")
     with pytest.raises(SegmenterError, match="isegm.*clone"):
         SimpleClickPredictor(checkpoint=tmp_path / "cocolvis_vit_base.pth", device="cpu")
+
+
+# --------------------------------------------------------------------------------------------------
+# SimpleClick: a plain ViT with a fixed patch grid (the stand-in has upstream's shape constraint)
+
+
+def _simpleclick(**options) -> SimpleClickPredictor:
+    torch.manual_seed(0)
+    return SimpleClickPredictor(model=TinyPlainVitModel(img_size=64, patch_size=8), device="cpu", **options)
+
+
+@pytest.mark.parametrize("shape", [(60, 90), (90, 60), (37, 61)])
+def test_simpleclick_runs_a_fixed_grid_vit_on_images_that_are_not_its_square(shape):
+    # A real plain ViT fails on any input but its own size (RuntimeError: The size of tensor a (77) must
+    # match the size of tensor b (64)); every input must be resized to the fixed square, from click 1.
+    height, width = shape
+    image, _ = square_scene(height, width)
+    predictor = _simpleclick()
+    embedding = predictor.encode(image)
+    clicks = [
+        Click(x=width * 0.3, y=height * 0.5),
+        Click(x=width * 0.7, y=height * 0.5, is_positive=False),
+        Click(x=width * 0.35, y=height * 0.4),
+    ]
+    logits = None
+    for count in range(1, len(clicks) + 1):
+        prediction = predictor.predict(embedding, clicks[:count], logits)
+        logits = prediction.logits
+        assert predictor.net.seen_shapes[-1] == (2, 4, 64, 64)  # flip pair, RGB + previous, the square
+        assert prediction.probabilities.shape == shape
+    mask = predictor.predict_mask(prediction)
+    assert mask[int(height * 0.5), int(width * 0.3)] and not mask[int(height * 0.5), int(width * 0.7)]
+
+
+def test_simpleclick_first_click_is_the_whole_image_resized_to_the_square():
+    image, _ = square_scene(60, 90)
+    predictor = _simpleclick()
+    prediction = predictor.predict(predictor.encode(image), [Click(x=30, y=20)])
+    assert prediction.extra["zoom_box"] == (0, 59, 0, 89)  # skip_clicks=-1: zoomed from the first click
+    original, mirrored = predictor.net.seen_points[-1]
+    # (y, x) scaled by 64/60 and 64/90 into the square; the mirror of x in the 64 px wide input.
+    np.testing.assert_allclose(original[0], [20 * 64 / 60, 30 * 64 / 90, 0], rtol=1e-6)
+    np.testing.assert_allclose(mirrored[0], [20 * 64 / 60, 64 - 30 * 64 / 90 - 1, 0], rtol=1e-6)
+    assert predictor.zoom_in.square and predictor.zoom_in.target_size_px == 64
+    assert predictor.model_id.endswith("zoom64x64s-1:flip1:limNone")
+
+
+def test_simpleclick_later_clicks_zoom_into_the_object_at_the_fixed_square():
+    image, _ = square_scene(300, 400)
+    predictor = _simpleclick(zoom_in_target_size_px=64)
+    embedding = predictor.encode(image)
+    first = predictor.predict(embedding, [Click(x=100, y=100)])
+    second = predictor.predict(
+        embedding, [Click(x=100, y=100), Click(x=125, y=100, is_positive=False)], first.logits
+    )
+    box = second.extra["zoom_box"]
+    assert box != (0, 299, 0, 399) and box[0] <= 100 < box[1] and box[2] <= 100 < box[3]
+    assert predictor.net.seen_shapes[-1] == (2, 4, 64, 64)  # the object box, not its aspect, at 64 x 64
+    mask = predictor.predict_mask(second)
+    # The 200 px box is resized to 64 px: the negative click is 8 px from the positive one in the square.
+    assert mask[100, 100] and mask[100, 75] and not mask[100, 125], (
+        "the negative click stays where it was made after zoom and flip"
+    )
+
+
+def test_position_embedding_is_interpolated_for_another_square():
+    torch.manual_seed(0)
+    net = TinyPlainVitModel(img_size=64, patch_size=8)
+    with torch.no_grad():
+        net.backbone.pos_embed[:, 0] = 7.0  # class token: must be kept as it is
+        net.backbone.pos_embed[:, 1:] = 0.25  # a constant grid stays constant under bicubic resizing
+    predictor = SimpleClickPredictor(model=net, device="cpu", zoom_in_target_size_px=96)  # DAVIS-like 672/448
+    assert net.backbone.patch_embed.grid_size == (12, 12) and predictor.grid.input_size == (96, 96)
+    position = net.backbone.pos_embed.detach()
+    assert tuple(position.shape) == (1, 1 + 144, 16)
+    assert torch.all(position[:, 0] == 7.0)
+    torch.testing.assert_close(position[:, 1:], torch.full((1, 144, 16), 0.25))
+    image, _ = square_scene(50, 70)
+    predictor.predict(predictor.encode(image), [Click(x=20, y=20)])
+    assert net.seen_shapes[-1] == (2, 4, 96, 96)
+
+
+def test_interpolating_to_the_same_grid_changes_nothing():
+    torch.manual_seed(0)
+    net = TinyPlainVitModel(img_size=64, patch_size=8)
+    before = net.backbone.pos_embed.detach().clone()
+    fit_position_embedding(net, side_px=64)
+    assert torch.equal(net.backbone.pos_embed.detach(), before)
+
+
+def test_square_that_is_not_a_multiple_of_the_patch_is_refused():
+    with pytest.raises(SegmenterError, match=r"100 px is not a multiple of the network's 8x8 px patches"):
+        _simpleclick(zoom_in_target_size_px=100)
+    with pytest.raises(SegmenterError, match="fixed patch grid"):
+        _simpleclick(zoom_in_target_size_px=0)
+
+
+def test_a_fixed_grid_vit_is_refused_by_the_aspect_keeping_zoom_of_ritm():
+    with pytest.raises(SegmenterError, match=r"plain ViT with a fixed 8x8 patch grid.*fixed-square zoom-in"):
+        RitmPredictor(model=TinyPlainVitModel(img_size=64, patch_size=8), device="cpu")
+
+
+def test_a_runtime_error_inside_the_network_is_a_segmenter_error():
+    # An itermask checkpoint run by a network built without the previous-mask channel: torch raises a
+    # real RuntimeError in the coordinate patch embedding (expects 2 channels, gets 3).
+    torch.manual_seed(0)
+    net = TinyPlainVitModel(img_size=64, patch_size=8, coord_chans=2)
+    predictor = SimpleClickPredictor(model=net, device="cpu")
+    image, _ = square_scene(40, 50)
+    with pytest.raises(
+        SegmenterError, match=r"running the network on a \(2, 4, 64, 64\) input failed with RuntimeError"
+    ) as caught:
+        predictor.predict(predictor.encode(image), [Click(x=10, y=10)])
+    assert "clone matches the checkpoint" in str(caught.value)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_zoom_box_keeps_upstream_half_open_bounds():
+    # isegm's check_object_roi counts the box's last row/column as outside: a positive click there forces
+    # a new box.
+    box = (10, 50, 20, 60)
+    assert box_holds_positive_clicks(box, [Click(x=20, y=10), Click(x=59.5, y=49.5)])
+    assert not box_holds_positive_clicks(box, [Click(x=30, y=50)])
+    assert not box_holds_positive_clicks(box, [Click(x=60, y=30)])
+    assert box_holds_positive_clicks(box, [Click(x=60, y=50, is_positive=False)])
+
+
+# --------------------------------------------------------------------------------------------------
+# The user's clone: what building imports, and its failures as SegmenterError
+
+
+SERIALIZATION = """
+    import importlib
+
+
+    def load_model(config, eval_ritm=False, **kwargs):
+        module_name, class_name = config["class"].rsplit(".", 1)
+        return getattr(importlib.import_module(module_name), class_name)(**config["params"])
+"""
+
+PLAINVIT_MODEL = """
+    from tests.segmenters.standins import TinyPlainVitModel as PlainVitModel
+"""
+
+# SimpleClick's model module imports its head, which imports timm and mmcv (isegm/model/modeling/
+# swin_transformer.py); neither is installed here.
+PLAINVIT_MODEL_WITH_MMCV_HEAD = """
+    from mmcv.cnn import ConvModule
+
+    from tests.segmenters.standins import TinyPlainVitModel as PlainVitModel
+"""
+
+# RITM's click-map code written for NumPy < 1.24.
+HRNET_MODEL_WITH_NP_INT = """
+    import numpy as np
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        with_prev_mask = True
+
+        def __init__(self, width=4):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 1, 1)
+
+        def forward(self, image, points):
+            radius = np.int(5)
+            return {"instances": self.conv(image) * radius}
+"""
+
+
+def _clone(installed_package, model_module_source: str, *, module: str) -> None:
+    installed_package(
+        {
+            "isegm/__init__.py": "",
+            "isegm/utils/__init__.py": "",
+            "isegm/utils/serialization.py": SERIALIZATION,
+            "isegm/model/__init__.py": "",
+            f"isegm/model/{module}.py": model_module_source,
+        }
+    )
+
+
+def _isegm_checkpoint(path, class_path: str, params: dict, net) -> None:
+    torch.save({"config": {"class": class_path, "params": params}, "state_dict": net.state_dict()}, path)
+
+
+def test_simpleclick_checkpoint_from_a_clone_runs_on_any_image_size(installed_package, tmp_path):
+    _clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    assert simpleclick_missing() is None and "simpleclick" in available_predictors()
+    torch.manual_seed(3)
+    params = {"img_size": 64, "patch_size": 8}
+    path = tmp_path / "cocolvis_vit_xtiny.pth"
+    _isegm_checkpoint(
+        path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params)
+    )
+    predictor = get_predictor("simpleclick", checkpoint=path, device="cpu")
+    image, _ = square_scene(48, 80)
+    prediction = predictor.predict(predictor.encode(image), [Click(x=20, y=24)])
+    assert predictor.net.seen_shapes[-1] == (2, 4, 64, 64) and prediction.probabilities.shape == (48, 80)
+    assert predictor.predict_mask(prediction)[24, 20]
+    record = predictor_provenance(predictor)
+    assert record.checkpoint_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (record.predictor, record.model_type, record.variant) == ("simpleclick", "simple", "vit_xtiny")
+
+
+def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(installed_package, tmp_path):
+    _clone(installed_package, PLAINVIT_MODEL_WITH_MMCV_HEAD, module="is_plainvit_model")
+    reason = simpleclick_missing()
+    assert reason and "'mmcv'" in reason and "install mmcv" in reason and "is_plainvit_model.py" in reason
+    assert "simpleclick" not in available_predictors()
+    path = tmp_path / "cocolvis_vit_base.pth"
+    path.write_bytes(b"never read: the code is missing first")
+    with pytest.raises(SegmenterError, match=r"predictor 'simpleclick' cannot run here: .*'mmcv'"):
+        get_predictor("simpleclick", checkpoint=path, variant="vit_base")
+
+
+def test_ritm_clone_using_np_int_fails_with_a_segmenter_error_naming_the_fix(installed_package, tmp_path):
+    _clone(installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model")
+    assert ritm_missing() is None and "ritm" in available_predictors()
+    path = tmp_path / "coco_lvis_h18_itermask.pth"
+    module = importlib.import_module("isegm.model.is_hrnet_model")
+    _isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, module.HRNetModel())
+    predictor = get_predictor("ritm", checkpoint=path, device="cpu")
+    image, _ = square_scene(30, 40)
+    with pytest.raises(SegmenterError) as caught:
+        predictor.predict(predictor.encode(image), [Click(x=5, y=5)])
+    message = str(caught.value)
+    assert "RITM clone (isegm)" in message and "np.int" in message and "NumPy" in message
+    assert "is_hrnet_model.py" in message and "replace np.int with int" in message
+    assert isinstance(caught.value.__cause__, AttributeError)
+
+
+def test_no_other_input_size_ever_reaches_a_fixed_grid_vit():
+    # Were the zoom-in ever changed to keep the aspect ratio, the adapter refuses before PyTorch's bare
+    # "size of tensor a must match" error deep inside the network.
+    predictor = _simpleclick()
+    predictor.zoom_in = dataclasses.replace(predictor.zoom_in, square=False)
+    image, _ = square_scene(60, 90)
+    with pytest.raises(
+        SegmenterError, match=r"refusing to run a plain ViT with a 8x8 patch grid on a 43x64 input"
+    ):
+        predictor.predict(predictor.encode(image), [Click(x=30, y=30)])
+    assert predictor.net.seen_shapes == []

@@ -1,16 +1,19 @@
-"""MobileSAM adapter: clear error without the user's mobile_sam package; encoder swap path."""
+"""MobileSAM adapter: clear errors without the user's mobile_sam package or its timm; encoder swap path."""
 
 from __future__ import annotations
+
+import importlib
+import sys
 
 import pytest
 import torch
 
-from segmenters.base import SegmenterError
+from segmenters.base import Click, SegmenterError
 from segmenters.mobile_sam import MOBILE_SAM_VARIANTS, mobile_sam_missing
 from segmenters.registry import available_predictors, get_predictor
 from segmenters.sam import build_sam_model
 
-from .conftest import TINY_SAM
+from .conftest import TINY_SAM, square_scene
 
 
 def test_without_mobile_sam_the_error_names_the_package_and_how_to_install():
@@ -45,3 +48,73 @@ def test_sam_decoder_accepts_a_replacement_image_encoder():
         multimask_output=True,
     )
     assert tuple(low_res.shape) == (1, 3, 32, 32) and tuple(iou.shape) == (1, 3)
+
+
+# --------------------------------------------------------------------------------------------------
+# The user's mobile_sam package: what building imports, and nothing more
+
+
+# Upstream's layout: the package __init__ imports the predictor, whose transforms import torchvision;
+# the TinyViT module of ``mobile_sam.modeling`` imports timm. Neither is installed here.
+MOBILE_SAM_INIT = """
+    from .predictor import SamPredictor
+"""
+MOBILE_SAM_PREDICTOR = """
+    from torchvision.transforms.functional import resize, to_pil_image
+"""
+MODELING_INIT = """
+    from .tiny_vit_sam import TinyViT
+"""
+TINY_VIT_WITH_TIMM = """
+    from timm.models.layers import DropPath as TimmDropPath, to_2tuple, trunc_normal_
+"""
+# A TinyViT stand-in with the real encoder's contract: (B, 3, S, S) -> (B, 256, S/16, S/16).
+TINY_VIT_STANDIN = """
+    import torch
+
+
+    class TinyViT(torch.nn.Module):
+        def __init__(self, img_size=1024, **options):
+            super().__init__()
+            self.img_size = img_size
+            self.proj = torch.nn.Conv2d(3, 256, kernel_size=16, stride=16)
+
+        def forward(self, x):
+            return self.proj(x)
+"""
+
+
+def _mobile_sam(installed_package, tiny_vit_source: str) -> None:
+    installed_package(
+        {
+            "mobile_sam/__init__.py": MOBILE_SAM_INIT,
+            "mobile_sam/predictor.py": MOBILE_SAM_PREDICTOR,
+            "mobile_sam/modeling/__init__.py": MODELING_INIT,
+            "mobile_sam/modeling/tiny_vit_sam.py": tiny_vit_source,
+        }
+    )
+
+
+def test_installed_mobile_sam_without_timm_is_not_available_and_names_timm(installed_package):
+    _mobile_sam(installed_package, TINY_VIT_WITH_TIMM)
+    reason = mobile_sam_missing()
+    assert reason and "'timm'" in reason and "pip install timm" in reason and "tiny_vit_sam.py" in reason
+    assert "mobile_sam" not in available_predictors()
+    with pytest.raises(SegmenterError, match=r"predictor 'mobile_sam' cannot run here: .*'timm'"):
+        get_predictor("mobile_sam", checkpoint="mobile_sam.pt")
+
+
+def test_mobile_sam_builds_from_its_modeling_package_without_torchvision(installed_package, tmp_path):
+    _mobile_sam(installed_package, TINY_VIT_STANDIN)
+    assert mobile_sam_missing() is None and "mobile_sam" in available_predictors()
+    assert "torchvision" not in sys.modules  # the package __init__ (which needs it) never ran
+    torch.manual_seed(0)
+    modeling = importlib.import_module("_clicklab_mobile_sam.modeling")
+    architecture = MOBILE_SAM_VARIANTS["vit_t"]
+    path = tmp_path / "mobile_sam.pt"
+    torch.save(build_sam_model(architecture, image_encoder=modeling.TinyViT()).state_dict(), path)
+    predictor = get_predictor("mobile_sam", checkpoint=path, device="cpu")
+    image, _ = square_scene(48, 64)
+    prediction = predictor.predict(predictor.encode(image), [Click(x=20, y=24)])
+    assert prediction.probabilities.shape == (48, 64) and prediction.logits.shape == (1, 1, 256, 256)
+    assert "torchvision" not in sys.modules and "mobile_sam" not in sys.modules

@@ -9,6 +9,7 @@ from segmenters.embedded import EmbeddedPredictor
 from segmenters.registry import (
     available_predictors,
     get_predictor,
+    predictor_variants,
     register,
     registered_predictors,
     unavailable_reason,
@@ -67,3 +68,16 @@ def test_a_name_cannot_be_registered_twice_by_different_factories():
 
     with pytest.raises(SegmenterError, match="already registered"):
         register("embedded")(Other)
+
+
+def test_variants_are_listed_default_first():
+    assert predictor_variants("sam")[0] == "vit_b" and set(predictor_variants("sam")) == {
+        "vit_b",
+        "vit_h",
+        "vit_l",
+    }
+    assert predictor_variants("sam2")[0] == "sam2.1_hiera_l" and "sam2_hiera_t" in predictor_variants("sam2")
+    assert predictor_variants("simpleclick")[0] == "vit_xtiny"
+    assert predictor_variants("ritm")[0] == "hrnet18_cocolvis"
+    assert predictor_variants("mobile_sam") == ["vit_t"]
+    assert predictor_variants("embedded") == []

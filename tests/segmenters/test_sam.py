@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+import types
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from segmenters.base import Click, SegmenterError
 from segmenters.registry import get_predictor
-from segmenters.sam import PIXEL_MEAN, PIXEL_STD, SAM_VARIANTS, import_sam_modeling
+from segmenters.sam import PIXEL_MEAN, PIXEL_STD, SAM_VARIANTS, import_sam_modeling, resize_longest_side
 
 from .conftest import TINY_SAM, square_scene
 
@@ -50,15 +53,13 @@ def test_preprocess_resizes_the_long_side_normalises_and_pads(sam):
 def test_predict_matches_the_libraries_own_forward(sam):
     # Sam.forward normalises and pads with its own buffers and runs everything per call: feeding it
     # our resized image must give the same low-res logits, choice and mask as encode-once + predict.
-    image, _ = square_scene(150, 200)  # shrinks to 96 x 128, which the adapter does with INTER_AREA
+    image, _ = square_scene(150, 200)  # shrinks to 96 x 128
     embedding = sam.encode(image)
     clicks = [Click(x=70, y=75, is_positive=True), Click(x=180, y=5, is_positive=False)]
     ours = sam.predict(embedding, clicks)
 
     new_h, new_w = embedding.payload.input_size
-    import cv2
-
-    resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA)
+    resized = resize_longest_side(image, 128)
     assert (new_h, new_w) == (96, 128)
     scale = torch.tensor([new_w / 200, new_h / 150])
     coords = torch.tensor([[[70.0, 75.0], [180.0, 5.0]]]) * scale
@@ -125,3 +126,59 @@ def test_model_runs_under_inference_mode(sam):
     embedding = sam.encode(image)
     assert embedding.payload.features.is_inference()
     assert not embedding.payload.features.requires_grad
+
+
+# --------------------------------------------------------------------------------------------------
+# Preprocessing identical to upstream segment_anything (ResizeLongestSide + Sam.preprocess)
+
+
+@pytest.fixture
+def upstream_transforms(monkeypatch):
+    """``segment_anything.utils.transforms`` (the installed segment-anything 1.0) for the comparison.
+
+    It imports ``resize`` and ``to_pil_image`` from torchvision, which must not be installed here (it
+    breaks this torch build). For a uint8 HWC array and a PIL image those two are, in torchvision's
+    code, ``Image.fromarray(array, mode="RGB")`` and ``image.resize((w, h), Image.BILINEAR)``
+    (``torchvision/transforms/functional.py`` -> ``_functional_pil.resize``); the stand-in module below
+    is exactly that PIL path and nothing else.
+    """
+    functional = types.ModuleType("torchvision.transforms.functional")
+    functional.to_pil_image = lambda array: Image.fromarray(array, mode="RGB")
+    functional.resize = lambda image, size: image.resize((size[1], size[0]), Image.BILINEAR)
+    transforms = types.ModuleType("torchvision.transforms")
+    transforms.functional = functional
+    torchvision = types.ModuleType("torchvision")
+    torchvision.transforms = transforms
+    for name, module in (
+        ("torchvision", torchvision),
+        ("torchvision.transforms", transforms),
+        ("torchvision.transforms.functional", functional),
+    ):
+        monkeypatch.setitem(sys.modules, name, module)
+    import_sam_modeling()  # creates the private parent the utils subpackage is loaded under
+    name = "_clicklab_segment_anything.utils.transforms"
+    yield importlib.import_module(name)
+    for loaded in ("_clicklab_segment_anything.utils", name):
+        sys.modules.pop(loaded, None)
+
+
+@pytest.mark.parametrize("shape", [(150, 200), (61, 37), (333, 500), (128, 128)])
+def test_preprocessing_is_upstream_resize_longest_side_and_sam_preprocess_exactly(
+    sam, upstream_transforms, shape
+):
+    # A noisy, detailed image: shrinking it is where PIL's bilinear and OpenCV's filters differ most.
+    rng = np.random.default_rng(11)
+    image = rng.integers(0, 256, size=(*shape, 3), dtype=np.uint8)
+    image[: shape[0] // 2] = np.clip(image[: shape[0] // 2].astype(int) // 4 + 100, 0, 255).astype(np.uint8)
+    upstream = upstream_transforms.ResizeLongestSide(128)
+    expected_resized = upstream.apply_image(image)
+    np.testing.assert_array_equal(resize_longest_side(image, 128), expected_resized)
+    ours, (new_h, new_w) = sam.preprocess(image)
+    assert (new_h, new_w) == expected_resized.shape[:2]
+    with torch.inference_mode():
+        expected = sam.model.preprocess(torch.as_tensor(expected_resized).permute(2, 0, 1).contiguous()[None])
+    assert torch.equal(ours, expected)
+    clicks = np.array([[5.0, 7.0], [shape[1] - 1.0, shape[0] - 1.0]])
+    scaled = upstream.apply_coords(clicks, shape)
+    np.testing.assert_array_equal(scaled[:, 0], clicks[:, 0] * (new_w / shape[1]))
+    np.testing.assert_array_equal(scaled[:, 1], clicks[:, 1] * (new_h / shape[0]))

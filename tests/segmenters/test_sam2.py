@@ -26,3 +26,23 @@ def test_official_sam21_file_names():
         "sam2.1_hiera_base_plus.pt",
         "sam2.1_hiera_large.pt",
     }
+
+
+def test_installed_sam2_without_hydra_is_not_available_and_names_hydra(installed_package):
+    # Upstream's sam2/__init__.py initialises hydra; hydra-core (and torchvision) are not installed here.
+    installed_package(
+        {
+            "sam2/__init__.py": """
+                from hydra import initialize_config_module
+
+                initialize_config_module("sam2", version_base="1.2")
+            """,
+            "sam2/build_sam.py": "def build_sam2(*args, **kwargs): ...\n",
+            "sam2/sam2_image_predictor.py": "from torchvision.transforms import Normalize\n",
+        }
+    )
+    reason = sam2_missing()
+    assert reason and "'hydra'" in reason and "pip install hydra-core" in reason
+    assert "sam2" not in available_predictors()
+    with pytest.raises(SegmenterError, match=r"predictor 'sam2' cannot run here: .*'hydra'"):
+        get_predictor("sam2", variant="sam2.1_hiera_t")

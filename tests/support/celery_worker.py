@@ -53,6 +53,20 @@ class CeleryWorkerProcess:
         self.process: subprocess.Popen | None = None
         self._log_offset = 0
 
+    def _environment(self) -> dict[str, str]:
+        env = worker_environment()
+        self.media_root = env["CLICKLAB_MEDIA_ROOT"]
+        return env
+
+    def follow_media_root(self) -> None:
+        """Restart (if running) when the test's MEDIA_ROOT is not the one this worker was started with: a
+        worker shared by the session reads files where the test that started it wrote them."""
+        from django.conf import settings
+
+        if self.running and getattr(self, "media_root", None) != str(settings.MEDIA_ROOT):
+            self.stop()
+            self.start()
+
     def start(self, *, timeout_s: float = 90.0) -> None:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         handle = open(self.log_path, "ab")
@@ -63,7 +77,7 @@ class CeleryWorkerProcess:
             "-n", f"test-{uuid.uuid4().hex[:6]}@%h",
         ]  # fmt: skip
         self.process = subprocess.Popen(
-            cmd, cwd=PROJECT_ROOT, env=worker_environment(), stdout=handle, stderr=subprocess.STDOUT,
+            cmd, cwd=PROJECT_ROOT, env=self._environment(), stdout=handle, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         handle.close()

@@ -1,6 +1,6 @@
 """tasks.segmentation.build_next_round through a real Celery worker on the ``models`` queue: the round that
 closes sends it, a worker SIGKILLed mid-build leaves no partial round 2, and after a restart exactly one
-round 2 with valid fn/fp targets exists."""
+round 2 with valid fn/fp targets exists; a segmenter that cannot run is recorded once and not re-sent."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from collector.services.datasets import dataset_import
 from collector.services.next_round import MAX_PREVIOUS_IOU
 from collector.services.rounds import round_close_if_full
 from tasks.segmentation import requeue_pending_builds
-from tests.factories import make_clicked_session, make_study
+from tests.factories import make_clicked_session, make_rect_dataset, make_study
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
 
-pytestmark = [pytest.mark.celery, pytest.mark.dataset, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 N_INSTANCES = 4  # 3 clicks each: seconds of embedded GrabCut, time to kill the worker mid-build
 
@@ -92,6 +92,7 @@ def _check_round_2(study, chosen_instances):
     return round_2
 
 
+@pytest.mark.dataset
 def test_closing_round_1_builds_round_2_and_a_crash_mid_build_leaves_no_partial_round(grabcut_root, worker):
     study, round_1, chosen = _study_with_first_clicks(grabcut_root)
     worker.start()
@@ -150,3 +151,34 @@ def test_closing_round_1_builds_round_2_and_a_crash_mid_build_leaves_no_partial_
     )
     assert Round.objects.filter(study=study, number=2).count() == 1
     assert sorted(Round.objects.get(study=study, number=2).targets.values_list("pk", "full_stem")) == before
+
+
+def test_a_build_whose_segmenter_cannot_run_is_recorded_for_the_researcher_and_not_resent(
+    tmp_path, worker, monkeypatch
+):
+    # The worker is configured for SAM ViT-B, whose checkpoint is not in its (empty) checkpoint folder.
+    empty = tmp_path / "no-checkpoints"
+    empty.mkdir()
+    monkeypatch.setenv("CLICKLAB_NEXT_ROUND_SEGMENTERS", "sam:vit_b")
+    monkeypatch.setenv("CLICKLAB_CHECKPOINT_DIR", str(empty))
+    study = make_study(make_rect_dataset(tmp_path, n_images=1), publish=True, quota_pc=1, quota_mobile=0)
+    round_1 = study.rounds.get(number=1)
+    (target,) = round_1.targets.all()
+    make_clicked_session(study, clicks=[(target, 205.0, 150.0)])
+    Target.objects.filter(round=round_1).update(valid_pc=1)
+    worker.start()
+
+    with transaction.atomic():
+        assert round_close_if_full(round_id=round_1.pk) is not None
+    wait_until(
+        lambda: Round.objects.get(pk=round_1.pk).build_error,
+        timeout_s=120,
+        what="the worker to record why the build failed",
+    )
+    wait_until(lambda: "succeeded" in worker.log(), timeout_s=30, what="the task to finish")
+    round_1.refresh_from_db()
+    assert f"not found at {empty / 'sam_vit_b_01ec64.pth'}" in round_1.build_error
+    assert "Download sam_vit_b_01ec64.pth" in round_1.build_error and round_1.build_failed_at is not None
+    assert "Retry in" not in worker.log() and "raised unexpected" not in worker.log()
+    assert requeue_pending_builds() == 0  # a recorded failure waits for the researcher's retry
+    assert not Round.objects.filter(study=study, number=2).exists()

@@ -36,6 +36,7 @@ def test_schema_is_served(client):
 
 
 @pytest.mark.slow
+@pytest.mark.one_backend
 def test_schemathesis_finds_no_server_error(live_server, alice, alice_study, bob_study, tmp_path):
     assert SCHEMATHESIS.exists(), (
         f"schemathesis is missing: install it with `{sys.executable} -m pip install schemathesis`"

@@ -8,8 +8,10 @@ import pytest
 from PIL import Image as PILImage
 from rest_framework.test import APIClient
 
-from collector.models import Study
+from collector.models import Round, Study, Target
+from collector.services.next_round import round_build_fail
 from collector.services.tokens import session_token_make
+from segmenters.checkpoints import parse_checkpoint_table
 from tests.factories import make_validated_batch
 
 pytestmark = pytest.mark.django_db
@@ -131,4 +133,45 @@ def test_progress_targets_workers_and_pictures(api_for, alice, alice_study):
         assert chart.status_code == 200 and chart["Content-Type"] == "image/png", kind
     assert client.get(f"{API}/studies/{alice_study.pk}/charts/nope.png").status_code == 404
     budget = client.get(f"{API}/studies/{alice_study.pk}/budget/").json()
-    assert (budget["estimate"]["batches"], budget["estimate"]["total"]) == (50, "1.0000")
+    # 3 targets × 25 / (3 × 0.9) → 28 sessions, 35 paid batches per device: 70 × 0.02
+    assert (budget["batches"], budget["total"], budget["devices"]["pc"]["assignments"]) == (70, "1.40", 35)
+    assert "valid clicks" in budget["formula"]
+
+
+def test_segmenter_choice_build_failure_and_mask_provenance_over_the_api(
+    api_for, alice, alice_study, settings
+):
+    settings.SEGMENTER_CHECKPOINTS = parse_checkpoint_table("sam:vit_h=sam_vit_h_4b8939.pth")
+    client = api_for(alice)
+    base = {
+        "name": "API choice",
+        "dataset": alice_study.dataset.pk,
+        "batch_size": 3,
+        "min_valid_per_session": 2,
+    }
+    refused = client.post(f"{API}/studies/", {**base, "next_round_segmenter": "sam:vit_x"}, format="json")
+    assert refused.status_code == 400
+    assert (
+        "'sam:vit_x' is neither an entry of the checkpoint table" in refused.json()["next_round_segmenter"][0]
+    )
+    created = client.post(f"{API}/studies/", {**base, "next_round_segmenter": "sam:vit_h"}, format="json")
+    assert created.status_code == 201 and created.json()["next_round_segmenter"] == "sam:vit_h"
+
+    round_1 = alice_study.rounds.get(number=1)
+    round_build_fail(round_id=round_1.pk, reason="predictor 'sam' cannot run here: ...")
+    progress = client.get(f"{API}/studies/{alice_study.pk}/progress/").json()
+    assert progress["rounds"][0]["build_error"] == "predictor 'sam' cannot run here: ..."
+    assert progress["rounds"][0]["build_failed_at"]
+
+    first = round_1.targets.select_related("instance").first()
+    Target.objects.create(
+        round=Round.objects.create(study=alice_study, number=2), instance=first.instance, click_type="fn",
+        model_type="sam", full_stem=f"{first.full_stem}_sam_fn_pc_1", model_id="sam:vit_h:abc:mm1",
+        model_variant="vit_h", checkpoint_sha256="cd" * 32, source_device="pc", source_index=1,
+    )  # fmt: skip
+    (row,) = client.get(f"{API}/studies/{alice_study.pk}/targets/", {"round": 2}).json()["results"]
+    assert (row["model_id"], row["model_variant"], row["checkpoint_sha256"]) == (
+        "sam:vit_h:abc:mm1",
+        "vit_h",
+        "cd" * 32,
+    )

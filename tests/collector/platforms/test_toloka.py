@@ -27,7 +27,7 @@ from collector.services.tokens import session_token_read
 from collector.services.validation import session_validate
 from tasks.platforms import sync_study
 from tests.conftest import FAKE_TOLOKA_TOKEN
-from tests.factories import complete_session, make_dataset, make_study
+from tests.factories import complete_session, make_dataset, make_study, present_trials
 
 pytestmark = pytest.mark.django_db
 
@@ -168,6 +168,7 @@ def test_pending_validation_waits(study, fake_toloka):
     assignment = fake_toloka.take(pool_id=pool.external_id, user_id="user-slow")
     session = enter(Client(), pool, assignment["id"])
     # Click everything (off target), finish, but do not validate yet.
+    present_trials(session)
     for trial in Trial.objects.filter(session=session):
         click_record(
             session=session, position=trial.position, idempotency_key=f"k{trial.pk}", x=1.0, y=1.0,

@@ -97,9 +97,12 @@ def test_create_form_previews_the_trial_and_estimates_the_budget(page, live_serv
             break
         page.wait_for_timeout(100)
     assert seen >= {"A", "B", "C", "D"}, seen
-    page.wait_for_function("document.getElementById('est-total').textContent.includes('USD')")
-    # 3 targets × 25 / 10 per batch = 8 batches per device; 16 × 0.05
-    assert page.inner_text("#est-total") == "0.80 USD"
+    page.fill("input[name=batch_size]", "3")
+    page.fill("input[name=min_valid_per_session]", "2")
+    page.dispatch_event("input[name=batch_size]", "change")
+    page.wait_for_function("document.getElementById('est-total').textContent === '3.50 USD'")
+    # 3 targets × 25 / (3 × 0.9) = 27.8 → 28 sessions, ⌈28 / 0.8⌉ = 35 paid batches per device; 70 × 0.05
+    assert "0.9 valid clicks" in page.inner_text("#est-source")
     page.wait_for_function("document.querySelector('#preview-stage').dataset.phase === 'B'", timeout=5000)
     assert "Silhouette_Mask" in page.get_attribute("#preview-image", "src")
     _shot(page, "create-form")

@@ -83,6 +83,30 @@ def test_money_follows_the_documented_rule(alice_study, three_batches):
 
 
 @pytest.mark.parametrize(
+    ("validity", "state", "expected", "submission", "review"),
+    [
+        ("counted", {}, "owed", None, None),
+        ("rejected", {}, "unpaid", None, None),
+        ("pending", None, "unpaid", None, None),
+        ("rejected", {"review": "approved"}, "paid", None, None),
+        ("counted", {"status": "REJECTED"}, "unpaid", None, None),
+        ("counted", {"paid": False, "review": "accepted"}, "unpaid", None, None),
+        ("rejected", {}, "paid", {"decision": "accept", "applied": True}, None),
+        ("counted", {}, "owed", {"decision": "accept", "applied": False}, None),
+        ("counted", {"paid": True}, "unpaid", {"decision": "reject", "applied": True}, "approve"),
+        ("counted", {}, "owed", {"decision": "pending", "applied": False}, None),
+        ("rejected", {}, "owed", None, "approve"),
+        ("counted", {}, "unpaid", None, "reject"),
+    ],
+)
+def test_session_payment_state(validity, state, expected, submission, review):
+    assert (
+        session_payment_state(validity=validity, platform_state=state, submission=submission, review=review)
+        == expected
+    )
+
+
+@pytest.mark.parametrize(
     ("validity", "state", "expected"),
     [
         ("counted", {}, "owed"),
@@ -93,24 +117,54 @@ def test_money_follows_the_documented_rule(alice_study, three_batches):
         ("counted", {"paid": False, "review": "accepted"}, "unpaid"),
     ],
 )
-def test_session_payment_state(validity, state, expected):
+def test_session_payment_state_without_submission_or_review(validity, state, expected):
     assert session_payment_state(validity=validity, platform_state=state) == expected
 
 
 def test_budget_estimate_by_hand():
-    # 21 targets × 25 clicks / 10 per batch = 52.5 → 53 batches per device; 106 × 0.05 = 5.30
+    # pc: ceil(21 × 25 / (10 × 0.9)) = ceil(58.33) = 59 sessions; ceil(59 / 0.8) = ceil(73.75) = 74 paid batches;
+    # 74 × 0.05 = 3.70 (no fee for standalone links). mobile: quota 10 → ceil(23.33) = 24 sessions, 30 paid, 1.50.
     estimate = budget_estimate(
-        targets=21, quota_pc=25, quota_mobile=25, batch_size=10, reward_per_batch=Decimal("0.05")
+        targets=21, quota_pc=25, quota_mobile=10, batch_size=10, reward_per_batch=Decimal("0.05")
     )
-    assert (estimate["batches_pc"], estimate["batches"], estimate["total"]) == (53, 106, Decimal("5.30"))
+    pc, mobile = estimate["devices"]["pc"], estimate["devices"]["mobile"]
+    assert (pc["sessions_needed"], pc["assignments"], pc["cost"]) == (59, 74, "3.70")
+    assert (mobile["sessions_needed"], mobile["assignments"], mobile["cost"]) == (24, 30, "1.50")
+    assert (estimate["batches"], estimate["total"]) == (104, "5.20")
+    assert "0.9 valid clicks" in estimate["formula"] and "fee 0" in estimate["formula"]
+    # Toloka's 30 % fee and a 0.01 bonus per counted session: pc (74 × 0.05 + 59 × 0.01) × 1.3 = 5.577 → 5.58
+    toloka = budget_estimate(
+        targets=21, quota_pc=25, quota_mobile=0, batch_size=10, reward_per_batch=Decimal("0.05"),
+        platform="toloka", platform_config={"bonus_per_counted_session": "0.01"},
+    )  # fmt: skip
+    assert list(toloka["devices"]) == ["pc"] and toloka["total"] == "5.58"
     with pytest.raises(ValueError, match="batch_size=0"):
         budget_estimate(targets=1, quota_pc=1, quota_mobile=1, batch_size=0, reward_per_batch=Decimal(1))
 
 
-def test_study_budget_counts_round_one_targets(alice_study):
-    ours = study_budget(study=alice_study)["estimate"]
-    # 3 targets × 25 / 3 per batch = 25 batches per device, 50 × 0.02
-    assert (ours["targets"], ours["batches"], ours["total"]) == (3, 50, Decimal("1.00"))
+def test_one_budget_figure_everywhere(client, alice, alice_study):
+    """The study page, the form's estimate, the API and the launch's estimate show the same total."""
+    from collector.services.launch import study_budget_estimate
+
+    ours = study_budget(study=alice_study)
+    # 3 targets × 25 / (3 × 0.9) = 27.8 → 28 sessions, 35 paid batches per device; 70 × 0.02 = 1.40
+    assert (ours["targets"], ours["batches"], ours["total"]) == (3, 70, "1.40")
+    assert study_budget_estimate(study=alice_study) == ours
+    client.force_login(alice)
+    page = client.get(f"/researcher/studies/{alice_study.pk}/").content.decode()
+    assert "1.40 USD" in page and page.count(" USD</b> for ") == 1
+    form = client.get(
+        "/researcher/studies/new/estimate/",
+        {
+            "dataset": alice_study.dataset_id,
+            "quota_pc": 25,
+            "quota_mobile": 25,
+            "batch_size": 3,
+            "reward": "0.02",
+        },
+    ).json()
+    api = client.get(f"/api/researcher/studies/{alice_study.pk}/budget/").json()
+    assert form["total"] == api["total"] == "1.40"
 
 
 def test_phase_durations_from_onsets():
@@ -144,3 +198,49 @@ def test_worker_table_is_pseudonymous_with_quality_signals(alice_study):
     assert row["valid_rate"] == pytest.approx(1 / 3)
     assert row["fast_clicks"] == 3  # 100, 101, 102 ms < min_reaction_ms 150
     assert row["devices"] == ["pc"]
+
+
+def test_worker_table_does_not_count_unvalidated_clicks_as_invalid(alice_study):
+    worker = make_worker(external_id="platform-id-waiting")
+    make_validated_batch(alice_study, device="pc", worker=worker, validate=False)
+    (row,) = study_worker_table(study=alice_study)
+    assert (row["clicks"], row["judged_clicks"], row["pending_clicks"], row["valid_clicks"]) == (3, 0, 3, 0)
+    assert row["valid_rate"] is None  # nothing judged yet: neither valid nor invalid
+    other = make_worker(external_id="platform-id-judged")
+    make_validated_batch(alice_study, device="mobile", worker=other, valid_positions={0, 1})
+    rows = {row["pseudonym"]: row for row in study_worker_table(study=alice_study)}
+    judged = rows[other.pseudonym]
+    assert (judged["judged_clicks"], judged["pending_clicks"], judged["valid_clicks"]) == (3, 0, 2)
+    assert judged["valid_rate"] == pytest.approx(2 / 3)
+    assert rows[worker.pseudonym]["valid_rate"] is None
+
+
+def test_money_follows_platform_submissions_and_manual_reviews(alice_study, three_batches, alice):
+    from collector.models import PlatformCampaign, PlatformPool, PlatformSubmission, SessionReview
+
+    counted_pc, rejected_pc, counted_mobile = three_batches
+    campaign = PlatformCampaign.objects.create(study=alice_study, platform="link")
+    pool = PlatformPool.objects.create(campaign=campaign, device="pc", reward_per_assignment=Decimal("0.02"))
+    PlatformSubmission.objects.create(
+        pool=pool, external_assignment_id="a1", session=counted_pc, decision="accept",
+        decision_applied_at=counted_pc.finished_at, reward=Decimal("0.03"),
+        bonus_amount=Decimal("0.01"), bonus_applied_at=counted_pc.finished_at,
+    )  # fmt: skip
+    SessionReview.objects.create(session=rejected_pc, decision="approve", reason="fine", reviewed_by=alice)
+    SessionReview.objects.create(session=counted_mobile, decision="reject", reason="bot", reviewed_by=alice)
+    money = study_progress(study=alice_study)["money"]
+    # paid: the accepted submission (its own reward 0.03 + bonus 0.01); owed: the approved rejected batch;
+    # the counted mobile batch rejected by hand is unpaid
+    assert (money["spent"], money["bonuses"], money["paid_counted"]) == (Decimal("0.04"), Decimal("0.01"), 1)
+    assert (money["owed_sessions"], money["owed"]) == (1, Decimal("0.02"))
+
+
+def test_study_list_summary_uses_the_current_round(alice_study, bob_study, three_batches):
+    from collector.selectors.progress import studies_progress_summary
+
+    summary = studies_progress_summary(study_ids=[alice_study.pk, bob_study.pk])
+    # alice: 3 pc + 3 mobile valid clicks of 3 targets × (25 + 25)
+    assert summary[alice_study.pk] == {
+        "round": 1, "round_state": "open", "valid": 6, "quota_total": 150, "fraction": 6 / 150, "running": 0,
+    }  # fmt: skip
+    assert summary[bob_study.pk]["valid"] == 0 and summary[bob_study.pk]["quota_total"] == 150

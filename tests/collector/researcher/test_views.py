@@ -9,8 +9,10 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from PIL import Image as PILImage
 
-from collector.models import DisplayMode, Instance, Study
-from tests.factories import make_validated_batch
+from collector.models import DisplayMode, Instance, Round, Study, Target
+from collector.services.next_round import round_build_fail
+from segmenters.checkpoints import parse_checkpoint_table
+from tests.factories import make_study, make_validated_batch
 
 pytestmark = pytest.mark.django_db
 
@@ -85,8 +87,8 @@ def test_create_publish_pause_close(client, alice, dataset):
             "dataset": dataset.pk,
             "display_mode": DisplayMode.SILHOUETTE_MASK,
             "image_ms": 1000, "target_ms": 1800, "text_ms": 2500, "blocked_ms": 900,
-            "batch_size": 10, "quota_pc": 5, "quota_mobile": 4, "radius_fraction": 0.02,
-            "min_valid_per_session": 7, "min_reaction_ms": 150, "session_timeout_s": 1800,
+            "batch_size": 3, "quota_pc": 5, "quota_mobile": 4, "radius_fraction": 0.02,
+            "min_valid_per_session": 2, "min_reaction_ms": 150, "session_timeout_s": 1800,
             "platform": "link", "reward_per_batch": "0.05", "currency": "EUR",
         },
     )  # fmt: skip
@@ -102,19 +104,7 @@ def test_create_publish_pause_close(client, alice, dataset):
     assert Study.objects.get(pk=study.pk).state == "closed"
     page = client.post(reverse("researcher:study_publish", args=[study.pk]), follow=True).content.decode()
     assert "closed study cannot be published" in page
-
-
-def test_form_refuses_an_unreachable_validity_rule(client, alice, dataset):
-    client.force_login(alice)
-    response = client.post(
-        reverse("researcher:study_create"),
-        {"name": "bad", "dataset": dataset.pk, "display_mode": "Object_CutOut", "image_ms": 1, "target_ms": 1,
-         "text_ms": 1, "blocked_ms": 1, "batch_size": 5, "quota_pc": 1, "quota_mobile": 1,
-         "radius_fraction": 0.01, "min_valid_per_session": 7, "min_reaction_ms": 1, "session_timeout_s": 60,
-         "platform": "link", "reward_per_batch": "0.01", "currency": "USD"},
-    )  # fmt: skip
-    assert response.status_code == 200 and "cannot be reached in a batch of 5" in response.content.decode()
-    assert not Study.objects.filter(name="bad").exists()
+    assert client.post(reverse("researcher:study_sync", args=[study.pk]), follow=True).status_code == 200
 
 
 def test_preview_and_estimate_endpoints(client, alice, dataset):
@@ -135,7 +125,96 @@ def test_preview_and_estimate_endpoints(client, alice, dataset):
         reverse("researcher:budget_estimate"),
         {"dataset": dataset.pk, "quota_pc": 25, "quota_mobile": 25, "batch_size": 10, "reward": "0.05"},
     ).json()
-    # 3 targets × 25 / 10 = 7.5 → 8 batches per device; 16 × 0.05
-    assert (estimate["batches"], estimate["total"]) == (16, "0.80")
+    # 3 targets × 25 / (10 × 0.9) = 8.3 → 9 sessions, ⌈9 / 0.8⌉ = 12 paid batches per device; 24 × 0.05
+    assert (estimate["batches"], estimate["total"]) == (24, "1.20")
+    prolific = client.get(
+        reverse("researcher:budget_estimate"),
+        {"dataset": dataset.pk, "quota_pc": 25, "quota_mobile": 0, "batch_size": 10, "reward": "0.05",
+         "platform": "prolific"},
+    ).json()  # fmt: skip
+    # 12 × 0.05 = 0.60, with Prolific's 33.3 % fee 0.7998 → 0.80
+    assert (prolific["batches"], prolific["total"], prolific["fee_fraction"]) == (12, "0.80", "0.333")
+    assert (
+        client.get(
+            reverse("researcher:budget_estimate"), {"dataset": dataset.pk, "platform": "x"}
+        ).status_code
+        == 400
+    )
     client.logout()
     assert client.get(reverse("researcher:instance_preview", args=[instance.pk, "image"])).status_code == 302
+
+
+# --------------------------------------------------------------------------------------------------
+# Next-round segmenter choice, build failures and mask provenance
+
+
+def _form_data(dataset, **extra):
+    data = {"name": "Segmenter choice", "dataset": dataset.pk, "display_mode": "Object_CutOut", "image_ms": 1500,
+            "target_ms": 2000, "text_ms": 2500, "blocked_ms": 1500, "batch_size": 3, "quota_pc": 1,
+            "quota_mobile": 1, "radius_fraction": 0.01, "min_valid_per_session": 2, "min_reaction_ms": 150,
+            "session_timeout_s": 1800, "platform": "link", "reward_per_batch": "0.02", "currency": "USD"}  # fmt: skip
+    return {**data, **extra}
+
+
+def test_the_form_offers_the_sites_checkpoints_and_the_study_keeps_the_choice(
+    client, alice, dataset, settings
+):
+    settings.SEGMENTER_CHECKPOINTS = parse_checkpoint_table("sam:vit_h=/nowhere/sam_vit_h_4b8939.pth")
+    settings.NEXT_ROUND_SEGMENTERS = ["embedded"]
+    client.force_login(alice)
+    form = client.get(reverse("researcher:study_create")).content.decode()
+    assert 'name="next_round_segmenter"' in form and "Site default (embedded)" in form
+    assert "sam:vit_h — sam · vit_h · sam_vit_h_4b8939.pth (file missing)" in form
+    refused = client.post(
+        reverse("researcher:study_create"), _form_data(dataset, next_round_segmenter="sam:vit_l")
+    )
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
+    response = client.post(
+        reverse("researcher:study_create"), _form_data(dataset, next_round_segmenter="sam:vit_h")
+    )
+    study = Study.objects.get(name="Segmenter choice")
+    assert response.status_code == 302 and study.next_round_segmenter == "sam:vit_h"
+    detail = client.get(reverse("researcher:study_detail", args=[study.pk])).content.decode()
+    assert "sam:vit_h — sam · vit_h · sam_vit_h_4b8939.pth" in detail
+
+
+def test_a_failed_build_shows_its_reason_and_only_the_owner_may_retry(
+    client, alice, bob, alice_study, django_capture_on_commit_callbacks
+):
+    round_1 = alice_study.rounds.get(number=1)
+    Round.objects.filter(pk=round_1.pk).update(state=Round.State.CLOSED)
+    reason = "checkpoint for predictor 'sam' (variant 'vit_b') not found at /ckpt/sam_vit_b_01ec64.pth."
+    round_build_fail(round_id=round_1.pk, reason=reason)
+    alice_study.researchers.add(bob)
+    retry = reverse("researcher:round_retry_build", args=[alice_study.pk, round_1.pk])
+    client.force_login(bob)
+    shared = client.get(reverse("researcher:study_detail", args=[alice_study.pk])).content.decode()
+    assert "Building round 2 failed" in shared and "not found at /ckpt/sam_vit_b_01ec64.pth" in shared
+    assert retry not in shared and client.post(retry).status_code == 403
+    client.force_login(alice)
+    assert retry in client.get(reverse("researcher:study_detail", args=[alice_study.pk])).content.decode()
+    with django_capture_on_commit_callbacks() as sent:
+        page = client.post(retry, follow=True).content.decode()
+    assert len(sent) == 1 and "sent again" in page and "Building round 2 failed" not in page
+    round_1.refresh_from_db()
+    assert (round_1.build_error, round_1.build_failed_at) == ("", None)
+    assert "Nothing to retry" in client.post(retry, follow=True).content.decode()
+    other = make_study(alice_study.dataset, publish=True, owner=alice)
+    wrong_study = reverse("researcher:round_retry_build", args=[other.pk, round_1.pk])
+    assert client.post(wrong_study).status_code == 404
+
+
+def test_study_and_target_pages_say_which_model_made_the_previous_masks(client, alice, alice_study):
+    first = alice_study.rounds.get(number=1).targets.select_related("instance").first()
+    round_2 = Round.objects.create(study=alice_study, number=2)
+    target = Target.objects.create(
+        round=round_2, instance=first.instance, click_type="fn", model_type="sam",
+        full_stem=f"{first.full_stem}_sam_fn_pc_1", model_id="sam:vit_b:0123456789ab:mm1", model_variant="vit_b",
+        checkpoint_sha256="ab" * 32, source_device="pc", source_index=1,
+    )  # fmt: skip
+    client.force_login(alice)
+    detail = client.get(reverse("researcher:study_detail", args=[alice_study.pk])).content.decode()
+    assert 'id="mask-provenance"' in detail and "sam:vit_b:0123456789ab:mm1" in detail
+    assert f'title="{"ab" * 32}"' in detail
+    page = client.get(reverse("researcher:target_detail", args=[alice_study.pk, target.pk])).content.decode()
+    assert "sam:vit_b:0123456789ab:mm1" in page and "variant vit_b" in page and "ab" * 32 in page

@@ -1,0 +1,275 @@
+"""The input (and output) contract of the annotator API, declared once.
+
+Each annotator endpoint validates its body with one serializer here before any service runs, and the
+OpenAPI schema (``/api/annotator/schema/``) is generated from the same declarations. Beyond the parser's
+body rules (``annotation_ui.parsers``) the fields are strict: a number is a JSON number (``true`` and
+``"1.5"`` are not), finite and within its declared range; an integer is a JSON integer; a string is a JSON
+string of printable characters within its length and pattern. Unknown top-level fields are ignored (so an
+older server accepts a newer player), but they still pass the parser's body rules.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from django.core.validators import RegexValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from .parsers import string_fault
+
+#: Canonical image pixels; images are at most a few thousand px, this only keeps values sane.
+MAX_COORDINATE_PX = 100_000.0
+#: performance.now() milliseconds: a page open for ~4 months.
+MAX_TIMESTAMP_MS = 1e10
+MAX_POSITION = 10_000
+MAX_CLIENT_INFO_KEYS = 40
+MAX_CLIENT_INFO_TEXT = 500
+PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start")
+
+TOKEN_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+FLAG_PATTERN = r"^[A-Za-z0-9_.:-]{1,40}$"
+CLIENT_INFO_KEY = re.compile(r"^[A-Za-z0-9_]{1,40}$")
+
+
+class StrictNumber(serializers.FloatField):
+    """A finite JSON number (int or float, never a bool or a string) within min/max."""
+
+    default_error_messages = {
+        "invalid": "must be a number (a JSON number, not a string or a boolean)",
+        "not_finite": "must be a finite number",
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        try:
+            value = float(data)
+        except OverflowError:
+            self.fail("overflow")
+        if not math.isfinite(value):
+            self.fail("not_finite")
+        return value
+
+
+class StrictInteger(serializers.IntegerField):
+    """A JSON integer (never a bool, a float or a string) within min/max."""
+
+    default_error_messages = {"invalid": "must be an integer (a JSON integer, not a string or a boolean)"}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return data
+
+
+class StrictString(serializers.CharField):
+    """A JSON string (never a number) of printable characters; ``multiline`` also allows tab and line breaks."""
+
+    default_error_messages = {
+        "invalid": "must be a JSON string",
+        "unprintable": "{fault}; send printable characters",
+    }
+
+    def __init__(self, *, multiline: bool = False, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        self.multiline = multiline
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        fault = string_fault(data, allow_whitespace=self.multiline)
+        if fault:
+            self.fail("unprintable", fault=fault)
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": MAX_CLIENT_INFO_KEYS,
+        "additionalProperties": {
+            "oneOf": [
+                {"type": "string", "maxLength": MAX_CLIENT_INFO_TEXT},
+                {"type": "number"},
+                {"type": "boolean"},
+            ],
+            "nullable": True,
+        },
+        "description": "What the browser measured: a flat object of names ([A-Za-z0-9_], <= 40 chars) to "
+        "strings, finite numbers, booleans or null.",
+    }
+)
+class ClientInfoField(serializers.Field):
+    """A flat object of measurement names to scalars (string, finite number, boolean, null)."""
+
+    default_error_messages = {
+        "invalid": "must be a JSON object",
+        "too_many": f"must hold at most {MAX_CLIENT_INFO_KEYS} names",
+        "bad_key": "has the name {name!r}; names are 1-40 letters, digits or underscores",
+        "bad_value": "has a nested or non-finite value under {name!r}; send strings, numbers, booleans or null",
+        "too_long": f"has a string longer than {MAX_CLIENT_INFO_TEXT} characters under {{name!r}}",
+    }
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        if len(data) > MAX_CLIENT_INFO_KEYS:
+            self.fail("too_many")
+        for key, value in data.items():
+            if not CLIENT_INFO_KEY.match(key):
+                self.fail("bad_key", name=key[:40])
+            if isinstance(value, str):
+                if len(value) > MAX_CLIENT_INFO_TEXT:
+                    self.fail("too_long", name=key)
+            elif isinstance(value, float) and not math.isfinite(value):
+                self.fail("bad_value", name=key)
+            elif value is not None and not isinstance(value, bool | int | float):
+                self.fail("bad_value", name=key)
+        return dict(data)
+
+    def to_representation(self, value):
+        return value
+
+
+def _onset(help_text: str) -> StrictNumber:
+    return StrictNumber(
+        required=False,
+        allow_null=True,
+        min_value=-MAX_TIMESTAMP_MS,
+        max_value=MAX_TIMESTAMP_MS,
+        help_text=help_text,
+    )
+
+
+class PhaseOnsets(serializers.Serializer):
+    """Onsets of phases A-D (and of the click) in performance.now() milliseconds."""
+
+    A = _onset("Phase A (image).")
+    B = _onset("Phase B (target).")
+    C = _onset("Phase C (image, clicking blocked).")
+    D = _onset("Phase D (clicking allowed).")
+    click = _onset("The click (the pointer event's timeStamp).")
+
+
+class ClientReportIn(serializers.Serializer):
+    client_info = ClientInfoField(required=False, default=dict)
+    detected_device = serializers.ChoiceField(
+        choices=["pc", "mobile", ""], required=False, default="", help_text="The browser's own device class."
+    )
+
+
+class ClickIn(serializers.Serializer):
+    """One click: canonical image pixels (x = column, y = row, origin top-left), ms on the page's clock."""
+
+    position = StrictInteger(
+        min_value=0, max_value=MAX_POSITION, help_text="The trial's position in the batch."
+    )
+    idempotency_key = StrictString(
+        min_length=1,
+        max_length=64,
+        validators=[RegexValidator(TOKEN_PATTERN, "must be 1-64 letters, digits or _.:- (a UUID is best)")],
+        help_text="A new key per click; the same key on a retry stores the click once.",
+    )
+    x = StrictNumber(min_value=-MAX_COORDINATE_PX, max_value=MAX_COORDINATE_PX, help_text="Column, px.")
+    y = StrictNumber(min_value=-MAX_COORDINATE_PX, max_value=MAX_COORDINATE_PX, help_text="Row, px.")
+    shown_width = StrictNumber(min_value=1.0, max_value=MAX_COORDINATE_PX, help_text="CSS px as displayed.")
+    shown_height = StrictNumber(min_value=1.0, max_value=MAX_COORDINATE_PX, help_text="CSS px as displayed.")
+    pointer_type = serializers.ChoiceField(choices=["mouse", "touch", "pen", ""], required=False, default="")
+    reaction_ms = StrictNumber(
+        required=False, allow_null=True, min_value=-MAX_TIMESTAMP_MS, max_value=MAX_TIMESTAMP_MS
+    )
+    event_timestamp_ms = StrictNumber(
+        required=False, allow_null=True, min_value=-MAX_TIMESTAMP_MS, max_value=MAX_TIMESTAMP_MS
+    )
+    phase_onsets_ms = PhaseOnsets(
+        required=False,
+        allow_null=True,
+        help_text="PRESENTED onsets: the first frame each phase was on screen.",
+    )
+    scheduled_onsets_ms = PhaseOnsets(
+        required=False, allow_null=True, help_text="The onsets the player scheduled/stamped."
+    )
+    load_wait_ms = StrictNumber(
+        required=False,
+        default=0.0,
+        min_value=0.0,
+        max_value=MAX_TIMESTAMP_MS,
+        help_text="How long the trial waited for its pictures before phase A (0 when none).",
+    )
+    blocked_clicks = StrictInteger(required=False, default=0, min_value=0, max_value=10_000)
+    flags = serializers.ListField(
+        child=StrictString(
+            max_length=40, validators=[RegexValidator(FLAG_PATTERN, "must match " + FLAG_PATTERN)]
+        ),
+        required=False,
+        allow_null=True,
+        max_length=20,
+        help_text="Why the player thinks the trial is invalid (tab_hidden, focus_lost, ...).",
+    )
+    refresh_hz = StrictNumber(required=False, allow_null=True, min_value=0.0, max_value=1000.0)
+
+
+class PresentedIn(serializers.Serializer):
+    position = StrictInteger(min_value=0, max_value=MAX_POSITION)
+    presentation_id = StrictString(
+        min_length=1,
+        max_length=64,
+        validators=[RegexValidator(TOKEN_PATTERN, "must be 1-64 letters, digits or _.:- (a UUID is best)")],
+        help_text="A new id per showing (after a reload); the same one on a network retry.",
+    )
+
+
+class ProblemIn(serializers.Serializer):
+    status = StrictInteger(min_value=100, max_value=599, help_text="The HTTP status the server answered.")
+    endpoint = serializers.ChoiceField(choices=PROBLEM_ENDPOINTS)
+    message = StrictString(
+        max_length=500, allow_blank=True, multiline=True, help_text="The server's message as shown."
+    )
+    position = StrictInteger(
+        required=False, allow_null=True, default=None, min_value=0, max_value=MAX_POSITION
+    )
+
+
+class FinishIn(serializers.Serializer):
+    """``finish`` takes no fields (an empty body or ``{}``)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# responses (for the schema)
+
+
+class ErrorOut(serializers.Serializer):
+    error = serializers.CharField(help_text="What is wrong, naming the field and what to do.")
+    field = serializers.CharField(allow_null=True, help_text="The field at fault (dotted path), or null.")
+    reason = serializers.CharField(required=False, help_text="Machine-readable refusal code (409).")
+    position = serializers.IntegerField(required=False)
+    missing = serializers.ListField(child=serializers.IntegerField(), required=False)
+
+
+class OkOut(serializers.Serializer):
+    ok = serializers.BooleanField()
+
+
+class ClickOut(OkOut):
+    created = serializers.BooleanField(help_text="False when the same idempotency_key was stored before.")
+    position = serializers.IntegerField()
+    missing = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Positions still without a click."
+    )
+
+
+class PresentedOut(OkOut):
+    position = serializers.IntegerField()
+    presentations = serializers.IntegerField()
+    replayed = serializers.BooleanField()
+
+
+class FinishOut(OkOut):
+    finish = serializers.DictField(help_text="{kind, code, url, fields}: how to hand the code over.")
+
+
+STATE_OUT = OpenApiTypes.OBJECT

@@ -1,0 +1,576 @@
+"""Load and fault suite (issue 16.4): N simulated annotators over HTTP against the production stack, with
+faults injected, and the figure compared with a fault-free baseline measured in the same run.
+
+Everything runs on throw-away services of its own, so nothing shared is ever restarted: a new PostgreSQL
+cluster (``initdb`` under /tmp on a free port), a Redis server (append-only file, so a restart keeps its
+queue), and the production processes of ``config/runner.py`` (gunicorn, a ``default`` worker, the outbox
+relay). The load comes from separate client processes (``--clients``), each running its annotators as
+asyncio tasks with httpx, speaking the player's protocol:
+
+    entry (POST /s/<link>/) -> start (POST .../client) -> 10 x click (POST .../click, one idempotency key
+    per click, retried with that key until acknowledged) -> finish (POST .../finish, retried until 200)
+
+Phases: ``baseline`` (no faults) then ``faults``: the clients drop a share of requests before sending
+(``--drop``; the client waits its timeout and retries) and lose a share of responses after the server
+processed them (``--lose``; the client retries the same key), while the orchestrator SIGKILLs the worker,
+restarts Redis, SIGKILLs and restarts gunicorn, and restarts PostgreSQL (``pg_ctl restart -m fast``), one
+after the other. After each phase it waits for every finished session to be validated.
+
+Printed per phase: clicks sent / acknowledged / stored / lost (acknowledged, not stored) / duplicated
+(stored more than once or a second click on a trial) / given up, sessions finished / validated, responses
+by status (5xx counted, 503 apart), client-observed click latency p50/p95/p99 (successful attempts),
+server-side click latency p50/p95/p99 (gunicorn's request time), throughput (acknowledged clicks per
+second of the phase), and the fault phase's figures as ratios of the baseline's.
+
+    make bench-faults                                   # short: 100 annotators, all faults (~1-2 min)
+    .venv/bin/python bench/bench_load_faults.py --annotators 1000 --clients 2
+    .venv/bin/python bench/bench_load_faults.py --annotators 200 --faults worker,broker --drop 0.05
+
+Exit status 1 when anything was lost or duplicated, a finished session stayed unvalidated, or a 500 was
+answered in either phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ALL_FAULTS = ("worker", "broker", "web", "postgres")
+BATCH = 10
+
+# ==================================================================================================
+# client process (no Django): python bench/bench_load_faults.py --client spec.json out.json
+
+
+async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: dict) -> dict:
+    base, drop, lose = spec["base"], spec["drop"], spec["lose"]
+    timeout_s = spec["timeout_s"]
+    record: dict = {"token": None, "clicks": [], "finished": False, "code": ""}
+
+    async def call(method: str, url: str, *, kind: str, body=None, ok=(200, 201), **kw):
+        """One logical request, retried (same body, same idempotency key) until an accepted status."""
+        attempt = 0
+        deadline = time.monotonic() + spec["give_up_s"]
+        while time.monotonic() < deadline:
+            attempt += 1
+            if attempt > 1:
+                await asyncio.sleep(min(2.0, 0.1 * 2 ** min(attempt, 5)) * (0.5 + rng.random()))
+            if drop and rng.random() < drop:  # the request never reaches the server
+                stats["dropped"] += 1
+                await asyncio.sleep(spec["drop_wait_s"])
+                continue
+            started = time.perf_counter()
+            try:
+                response = await http.request(method, base + url, json=body, timeout=timeout_s, **kw)
+            except Exception as exc:  # connection refused/reset, timeout
+                stats["errors"][type(exc).__name__] = stats["errors"].get(type(exc).__name__, 0) + 1
+                continue
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            stats["status"][str(response.status_code)] = stats["status"].get(str(response.status_code), 0) + 1
+            if lose and rng.random() < lose:  # processed, but the answer never reaches the client
+                stats["lost_responses"] += 1
+                continue
+            if response.status_code in ok:
+                if kind == "click":
+                    stats["click_ms"].append(elapsed_ms)
+                return response, attempt
+            if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+                stats["refused"].append(f"{kind} {response.status_code} {response.text[:200]}")
+                return response, attempt
+        return None, attempt
+
+    response, _ = await call("POST", f"/s/{spec['link']}/", kind="entry", data={"device": "pc"}, ok=(303,))
+    if response is None or response.status_code != 303:
+        return record
+    token = response.headers["location"].rstrip("/").rsplit("/", 1)[-1]
+    record["token"] = token
+    api = f"/api/annotator/{token}"
+    await call("POST", f"{api}/client", kind="start",
+               body={"client_info": {"viewport_width": 1280, "viewport_height": 800, "refresh_hz": 60},
+                     "detected_device": "pc"})  # fmt: skip
+    for position in range(BATCH):
+        key = f"{index}-{position}-{uuid.uuid4().hex[:12]}"
+        body = {"position": position, "idempotency_key": key, "x": 10.5 + position, "y": 12.25,
+                "shown_width": 640, "shown_height": 480, "pointer_type": "mouse", "reaction_ms": 400 + position,
+                "event_timestamp_ms": 9000.5 + 100 * position, "phase_onsets_ms": {"A": 1, "B": 2, "C": 3, "D": 4},
+                "blocked_clicks": 0, "flags": [], "refresh_hz": 60}  # fmt: skip
+        stats["clicks_sent"] += 1
+        response, attempts = await call("POST", f"{api}/click", kind="click", body=body)
+        record["clicks"].append({"key": key, "acked": response is not None and response.status_code in (200, 201),
+                                 "attempts": attempts})  # fmt: skip
+        if spec["think_ms"]:
+            await asyncio.sleep(spec["think_ms"] / 1000 * (0.5 + rng.random()))
+    response, _ = await call("POST", f"{api}/finish", kind="finish", body={})
+    if response is not None and response.status_code == 200:
+        record["finished"] = True
+        record["code"] = response.json().get("finish", {}).get("code", "")
+    return record
+
+
+async def _client_main(spec: dict) -> dict:
+    import httpx
+
+    stats = {"clicks_sent": 0, "dropped": 0, "lost_responses": 0, "status": {}, "errors": {}, "click_ms": [],
+             "refused": []}  # fmt: skip
+    limits = httpx.Limits(max_connections=spec["connections"], max_keepalive_connections=spec["connections"])
+    started = time.monotonic()
+    async with httpx.AsyncClient(limits=limits, follow_redirects=False) as http:
+        rngs = [random.Random(spec["seed"] * 100_003 + i) for i in spec["indices"]]
+        records = await asyncio.gather(
+            *(_annotator(http, spec, i, r, stats) for i, r in zip(spec["indices"], rngs))
+        )
+    stats["wall_s"] = time.monotonic() - started
+    return {"stats": stats, "annotators": records}
+
+
+# ==================================================================================================
+# orchestrator
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout_s}s")
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"p50": math.nan, "p95": math.nan, "p99": math.nan}
+    ordered = sorted(values)
+
+    def pick(q):
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"p50": pick(0.50), "p95": pick(0.95), "p99": pick(0.99)}
+
+
+class Postgres:
+    """A throw-away cluster on its own port under /tmp (never the shared one)."""
+
+    def __init__(self, root: Path):
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bins:
+            raise RuntimeError("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
+        self.bin = bins[-1]
+        self.root = root / "pg"
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def _run(self, *cmd: str) -> None:
+        subprocess.run([*self.as_user, *cmd], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def init(self) -> None:
+        self.root.mkdir(parents=True)
+        if self.as_user:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(
+            str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"
+        )
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=300"
+        (self.root / "options").write_text(options)
+        self.start()
+
+    def start(self) -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"), "-w",
+                  "-o", (self.root / "options").read_text(), "start")  # fmt: skip
+
+    def restart(self) -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
+                  "-o", (self.root / "options").read_text(), "restart")  # fmt: skip
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        except Exception:
+            pass
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+
+class Proc:
+    """One server process in a process group of its own (so a kill takes its children too)."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict, log: Path, port: int | None = None):
+        self.name, self.cmd, self.env, self.log, self.port = name, cmd, env, log, port
+        self.popen: subprocess.Popen | None = None
+
+    def start(self, *, wait_s: float = 60) -> None:
+        with open(self.log, "ab") as handle:
+            self.popen = subprocess.Popen(self.cmd, cwd=PROJECT_ROOT, env=self.env, stdout=handle,
+                                          stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        if self.port:
+            wait_port(self.port, wait_s, self.name)
+
+    def signal(self, sig: int) -> None:
+        if self.popen and self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, *, timeout_s: float = 10) -> None:
+        if not self.popen:
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.signal(signal.SIGKILL)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.popen:
+            self.popen.wait(timeout=10)
+
+
+def _server_click_ms(access_log: Path, offset: int) -> tuple[list[float], int]:
+    """Request times (ms) of POST .../click lines gunicorn logged after ``offset``; new offset."""
+    if not access_log.exists():
+        return [], offset
+    data = access_log.read_bytes()
+    values = []
+    for line in data[offset:].decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "POST" and parts[1].endswith("/click"):
+            values.append(int(parts[3]) / 1000)
+    return values, len(data)
+
+
+def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[str, ...], tmp: Path) -> dict:
+    from django.db import connections
+
+    from collector.models import Click, Session, Trial
+
+    n, clients = args.annotators, max(1, min(args.clients, args.annotators))
+    offset = stack["access_offset"]
+    procs = []
+    started = time.monotonic()
+    for c in range(clients):
+        indices = list(range(c, n, clients))
+        spec = {"base": base, "link": link, "indices": indices, "seed": c + (1000 if faults else 0),
+                "drop": args.drop if faults else 0.0, "lose": args.lose if faults else 0.0,
+                "timeout_s": args.timeout, "drop_wait_s": min(args.timeout, 0.5), "give_up_s": args.give_up,
+                "think_ms": args.think_ms, "connections": max(1, len(indices))}  # fmt: skip
+        spec_path, out_path = tmp / f"{name}-{c}-spec.json", tmp / f"{name}-{c}-out.json"
+        spec_path.write_text(json.dumps(spec))
+        procs.append((subprocess.Popen([sys.executable, __file__, "--client", str(spec_path), str(out_path)],
+                                       cwd=PROJECT_ROOT), out_path))  # fmt: skip
+    fault_log = []
+    if faults:
+        fault_log = inject_faults(stack, faults, args, lambda: all(p.poll() is not None for p, _ in procs))
+    for process, _ in procs:
+        process.wait()
+    wall = time.monotonic() - started
+    results = [json.loads(out.read_text()) for _, out in procs]
+
+    # What the database holds (a fresh connection: PostgreSQL may have restarted under the old one).
+    connections.close_all()
+    keys_sent, keys_acked, tokens, finished = [], set(), [], 0
+    for result in results:
+        for ann in result["annotators"]:
+            if ann["token"]:
+                tokens.append(ann["token"])
+            finished += ann["finished"]
+            for click in ann["clicks"]:
+                keys_sent.append(click["key"])
+                if click["acked"]:
+                    keys_acked.add(click["key"])
+    stored_counts = Counter(
+        Click.objects.filter(idempotency_key__in=keys_sent).values_list("idempotency_key", flat=True)
+    )
+    from django.db.models import Count
+
+    from collector.services.tokens import session_token_read
+
+    session_ids = [session_token_read(token=t) for t in tokens]
+    double_trials = (
+        Trial.objects.filter(session_id__in=session_ids).annotate(n=Count("click")).filter(n__gt=1).count()
+    )
+    deadline = time.monotonic() + args.validate_within
+    while True:
+        pending = Session.objects.filter(
+            pk__in=session_ids, status="finished", validated_at__isnull=True
+        ).count()
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    validated = Session.objects.filter(pk__in=session_ids, validated_at__isnull=False).count()
+    from collector.models import TaskIntent
+
+    intents = TaskIntent.objects.filter(
+        task_name="tasks.validation.validate_session", args__0__in=session_ids
+    )
+    outbox = {"intents": intents.count(), "retried": intents.filter(attempts__gt=0).count(),
+              "pending": intents.filter(sent_at__isnull=True).count()}  # fmt: skip
+    time.sleep(0.5)
+    server_ms, stack["access_offset"] = _server_click_ms(stack["access_log"], offset)
+
+    status, errors = Counter(), Counter()
+    click_ms, dropped, lost_responses, refused = [], 0, 0, []
+    for result in results:
+        status.update(result["stats"]["status"])
+        errors.update(result["stats"]["errors"])
+        click_ms += result["stats"]["click_ms"]
+        dropped += result["stats"]["dropped"]
+        lost_responses += result["stats"]["lost_responses"]
+        refused += result["stats"]["refused"]
+    fivexx = sum(v for k, v in status.items() if k.startswith("5"))
+    return {
+        "phase": name,
+        "faults": list(faults),
+        "fault_log": fault_log,
+        "annotators": n,
+        "wall_s": wall,
+        "clicks_sent": len(keys_sent),
+        "acknowledged": len(keys_acked),
+        "stored": len(stored_counts),
+        "lost": len(keys_acked - set(stored_counts)),
+        "duplicated": sum(c - 1 for c in stored_counts.values()) + double_trials,
+        "given_up": len(keys_sent) - len(keys_acked),
+        "sessions_finished": finished,
+        "sessions_validated": validated,
+        "outbox": outbox,
+        "status": dict(sorted(status.items())),
+        "5xx": fivexx,
+        "500": status.get("500", 0),
+        "503": status.get("503", 0),
+        "client_errors": dict(errors),
+        "dropped_requests": dropped,
+        "lost_responses": lost_responses,
+        "refused": refused[:5],
+        "client_click_ms": percentiles(click_ms),
+        "server_click_ms": percentiles(server_ms),
+        "throughput": len(keys_acked) / wall if wall else 0.0,
+    }
+
+
+def inject_faults(stack: dict, faults: tuple[str, ...], args, clients_done) -> list[str]:
+    """The server faults, one after the other, every ``--fault-every`` seconds while clients run."""
+    log = []
+
+    def note(text):
+        log.append(f"{time.monotonic() - t0:6.1f}s {text}")
+        print(f"  fault: {log[-1]}", flush=True)
+
+    t0 = time.monotonic()
+    for fault in faults:
+        if clients_done():
+            note(f"{fault}: clients already done, not injected")
+            continue
+        time.sleep(args.fault_every)
+        if fault == "worker":
+            stack["worker"].kill()
+            note("worker SIGKILLed")
+            time.sleep(0.5)
+            stack["worker"].start()
+            note("worker started again")
+        elif fault == "broker":
+            stack["redis"].stop()
+            note("Redis stopped")
+            time.sleep(args.outage)
+            stack["redis"].start()
+            note("Redis started again")
+        elif fault == "web":
+            stack["web"].kill()
+            note("gunicorn SIGKILLed")
+            time.sleep(0.5)
+            stack["web"].start()
+            note("gunicorn listening again")
+        elif fault == "postgres":
+            note("PostgreSQL restart (fast)")
+            stack["pg"].restart()
+            note("PostgreSQL back")
+    return log
+
+
+def print_phase(result: dict, baseline: dict | None = None) -> None:
+    r = result
+    print(f"\n== {r['phase']}: {r['annotators']} annotators, faults: {', '.join(r['faults']) or 'none'}")
+    for line in r["fault_log"]:
+        print(f"   {line}")
+    print(f"   clicks sent {r['clicks_sent']} / acknowledged {r['acknowledged']} / stored {r['stored']} / "
+          f"lost {r['lost']} / duplicated {r['duplicated']} / given up {r['given_up']}")  # fmt: skip
+    o = r["outbox"]
+    print(f"   sessions finished {r['sessions_finished']} / validated {r['sessions_validated']}; validation intents "
+          f"{o['intents']}, sent by the relay after a failed send {o['retried']}, still pending {o['pending']}")  # fmt: skip
+    print(f"   responses {r['status']}  5xx {r['5xx']} (500: {r['500']}, 503: {r['503']})  "
+          f"client errors {r['client_errors']}  dropped {r['dropped_requests']}  lost responses {r['lost_responses']}")  # fmt: skip
+    c, s = r["client_click_ms"], r["server_click_ms"]
+    print(f"   click latency, client: p50 {c['p50']:.1f} / p95 {c['p95']:.1f} / p99 {c['p99']:.1f} ms; "
+          f"server: p50 {s['p50']:.1f} / p95 {s['p95']:.1f} / p99 {s['p99']:.1f} ms")  # fmt: skip
+    line = f"   throughput {r['throughput']:.1f} acknowledged clicks/s over {r['wall_s']:.1f} s"
+    if baseline:
+        ratio = r["throughput"] / baseline["throughput"] if baseline["throughput"] else math.nan
+        p99 = (
+            s["p99"] / baseline["server_click_ms"]["p99"] if baseline["server_click_ms"]["p99"] else math.nan
+        )
+        line += f"; vs baseline: throughput x{ratio:.2f}, server p99 x{p99:.2f}"
+    print(line)
+    if r["refused"]:
+        print(f"   refused (first): {r['refused']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--annotators", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    parser.add_argument("--faults", default=",".join(ALL_FAULTS), help=f"comma list of {ALL_FAULTS} or none")
+    parser.add_argument("--drop", type=float, default=0.03, help="share of requests dropped before sending")
+    parser.add_argument("--lose", type=float, default=0.03, help="share of responses lost after processing")
+    parser.add_argument(
+        "--timeout", type=float, default=15.0, help="client request timeout (s), the player's"
+    )
+    parser.add_argument("--give-up", type=float, default=120.0, help="seconds a client retries one request")
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0, help="mean pause between an annotator's clicks"
+    )
+    parser.add_argument("--fault-every", type=float, default=2.0, help="seconds between server faults")
+    parser.add_argument("--outage", type=float, default=2.0, help="seconds Redis stays down")
+    parser.add_argument("--validate-within", type=float, default=60.0)
+    parser.add_argument("--web-workers", type=int, default=3)
+    parser.add_argument("--short", action="store_true", help="100 annotators, all faults, 1 client process")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    args = parser.parse_args(argv)
+    if args.short:
+        args.annotators, args.clients, args.faults = 100, 1, ",".join(ALL_FAULTS)
+        args.fault_every, args.validate_within = 1.5, 45.0
+    faults = () if args.faults == "none" else tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    unknown = set(faults) - set(ALL_FAULTS)
+    if unknown:
+        parser.error(f"--faults: unknown {sorted(unknown)}; choose from {', '.join(ALL_FAULTS)} or none")
+
+    tmp = Path(tempfile.mkdtemp(prefix="clicklab-bench-faults-"))
+    os.chmod(tmp, 0o755)
+    stack: dict = {"access_offset": 0, "access_log": tmp / "access.log"}
+    t_start = time.monotonic()
+    try:
+        print(f"bench_load_faults: temporary services under {tmp}", flush=True)
+        pg = stack["pg"] = Postgres(tmp)
+        pg.init()
+        redis_port = free_port()
+        (tmp / "redis").mkdir()
+        stack["redis"] = Proc("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                                        "--dir", str(tmp / "redis"), "--appendonly", "yes", "--save", ""],
+                              os.environ.copy(), tmp / "redis.log", port=redis_port)  # fmt: skip
+        stack["redis"].start()
+        env = {**os.environ, "DATABASE_URL": pg.url, "CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+               "SECRET_KEY": secrets.token_urlsafe(48), "ALLOWED_HOSTS": "127.0.0.1", "DEBUG": "false",
+               "SECURE_SSL_REDIRECT": "false", "CLICKLAB_VAR_DIR": str(tmp / "var"),
+               "CLICKLAB_MEDIA_ROOT": str(tmp / "media"), "CLICKLAB_STATIC_ROOT": str(tmp / "static"),
+               "CLICKLAB_OUTBOX_RELAY_EVERY_S": "2", "CLICKLAB_OUTBOX_RELAY_GRACE_S": "2",
+               "CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S": "10", "CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S": "3600",
+               "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"}  # fmt: skip
+        os.environ.update(env)
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)  # the entry's pages use the manifest
+        from collector.services.tokens import study_link_token_make
+        from tests.factories import make_dataset, make_study
+
+        n_images = 20
+        # Never full: both phases, plus the sessions that retried entries (a lost answer) leave behind.
+        quota = math.ceil(args.annotators * 2 * BATCH / n_images) * 5
+        study = make_study(make_dataset(tmp / "data", n_images=n_images, size=(64, 48)), publish=True,
+                           quota_pc=quota, quota_mobile=0, max_rounds=1, batch_size=BATCH)  # fmt: skip
+        link = study_link_token_make(study_id=study.pk, device="pc")
+        from django.db import connections
+
+        connections.close_all()
+
+        from config.runner import commands
+
+        port = free_port()
+        ns = argparse.Namespace(host="127.0.0.1", port=port, web_workers=args.web_workers, web_threads=4,
+                                default_concurrency=1, grace=5, log_level="WARNING")  # fmt: skip
+        cmds = commands(ns)
+        web_cmd = [*cmds["web"], "--access-logfile", str(stack["access_log"]),
+                   "--access-logformat", "%(m)s %(U)s %(s)s %(D)s"]  # fmt: skip
+        stack["web"] = Proc("web", web_cmd, env, tmp / "web.log", port=port)
+        stack["worker"] = Proc("worker", cmds["worker-default"], env, tmp / "worker.log")
+        stack["relay"] = Proc("relay", cmds["relay"], env, tmp / "relay.log")
+        for name in ("web", "worker", "relay"):
+            stack[name].start()
+        base = f"http://127.0.0.1:{port}"
+        print(f"services up after {time.monotonic() - t_start:.1f}s; load from {args.clients} client process(es)",
+              flush=True)  # fmt: skip
+
+        baseline = run_phase("baseline", args, stack, link, base, (), tmp)
+        print_phase(baseline)
+        faulted = run_phase("faults", args, stack, link, base, faults, tmp) if faults else None
+        if faulted:
+            print_phase(faulted, baseline)
+        print(f"\ntotal {time.monotonic() - t_start:.1f}s")
+        bad = [
+            f"{r['phase']}: {what} {r[key]}"
+            for r in filter(None, (baseline, faulted))
+            for key, what in (("lost", "lost"), ("duplicated", "duplicated"), ("500", "HTTP 500"))
+            if r[key]
+        ] + [
+            f"{r['phase']}: {r['sessions_finished'] - r['sessions_validated']} finished session(s) not validated"
+            for r in filter(None, (baseline, faulted))
+            if r["sessions_validated"] < r["sessions_finished"]
+        ]
+        print(
+            "FAILED: " + "; ".join(bad)
+            if bad
+            else "OK: nothing lost, nothing duplicated, no 500, all validated"
+        )
+        return 1 if bad else 0
+    finally:
+        for name in ("web", "worker", "relay", "redis"):
+            if name in stack:
+                stack[name].stop(timeout_s=5)
+        if "pg" in stack:
+            stack["pg"].stop()
+        if args.keep:
+            print(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--client":
+        spec = json.loads(Path(sys.argv[2]).read_text())
+        Path(sys.argv[3]).write_text(json.dumps(asyncio.run(_client_main(spec))))
+        sys.exit(0)
+    sys.path.insert(0, str(PROJECT_ROOT))
+    sys.exit(main())

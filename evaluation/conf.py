@@ -1,0 +1,25 @@
+"""Limits of the evaluation server; each can be overridden by a Django setting of the same name."""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+
+DEFAULTS = {
+    "EVAL_RUN_TTL_S": 24 * 3600,  # a run expires this long after it was created
+    "EVAL_MAX_ACTIVE_RUNS": 3,  # unfinished, unexpired runs per user
+    # request body of a submission; at most Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default)
+    "EVAL_MAX_UPLOAD_BYTES": 2_500_000,
+    "EVAL_INLINE_MAX_PIXELS": 4_000_000,  # larger samples are scored by a Celery worker
+    "EVAL_RATE_LIMIT": "6000/min",  # requests per key (or per user without a key)
+    "EVAL_MAX_CLICKS": 100,
+}
+
+
+def limit(name: str):
+    """The Django setting ``name``, else the environment variable ``CLICKLAB_<name>``, else the default."""
+    if hasattr(settings, name):
+        return getattr(settings, name)
+    raw = os.environ.get(f"CLICKLAB_{name}")
+    return DEFAULTS[name] if raw is None else type(DEFAULTS[name])(raw)

@@ -1,0 +1,150 @@
+"""Evaluation keys, runs (a ClickSession's state machine stored in the database) and their report rows."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class EvaluationKey(models.Model):
+    """A per-user key for the evaluation API. Only its SHA-256 is stored; the key is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluation_keys"
+    )
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=12, help_text="First characters of the key, to tell keys apart.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class EvaluationRun(models.Model):
+    """One remote ClickSession. ``state`` follows the local session's order of calls:
+
+    ``preparing`` (the server computes the next clicks or scores a submission, maybe in Celery) ->
+    ``ready`` (next interaction prepared) -> ``awaiting_mask`` (served by next) -> ``preparing`` ... ->
+    ``finished``; ``expired`` once ``expires_at`` passed.
+    """
+
+    class State(models.TextChoices):
+        PREPARING = "preparing"
+        READY = "ready"
+        AWAITING_MASK = "awaiting_mask"
+        FINISHED = "finished"
+        EXPIRED = "expired"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluation_runs"
+    )
+    key = models.ForeignKey(
+        EvaluationKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    create_key = models.CharField(
+        max_length=100, blank=True, default="", help_text="Idempotency key of the create."
+    )
+    dataset = models.ForeignKey("collector.Dataset", on_delete=models.PROTECT, related_name="evaluation_runs")
+    method = models.CharField(
+        max_length=100, blank=True, default="", help_text="Name of the evaluated method."
+    )
+    session_id = models.CharField(max_length=32)
+    # configuration (the local ClickSession's arguments)
+    clicker = models.CharField(max_length=20, default="baseline")
+    max_clicks = models.PositiveIntegerField(default=20)
+    max_time_s = models.FloatField(null=True, blank=True)
+    threshold = models.FloatField(default=0.5)
+    target_ious = models.JSONField(default=list)
+    stop_at_target = models.BooleanField(default=False)
+    seed = models.BigIntegerField(default=0)
+    shuffle = models.BooleanField(default=False)
+    units = models.JSONField(default=list, help_text="[[instance id, group], ...] in visiting order.")
+    # state machine
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PREPARING)
+    unit_index = models.IntegerField(default=-1)
+    round = models.PositiveIntegerField(default=0)
+    clicks = models.JSONField(default=list, help_text="[[x, y, is_positive], ...] of the current sample.")
+    last_clicks = models.JSONField(default=list)
+    new_sample = models.BooleanField(default=False)
+    unit_done = models.BooleanField(default=False)
+    elapsed_s = models.FloatField(default=0.0, help_text="Server-measured time of the current sample.")
+    pred_png = models.BinaryField(null=True, blank=True, help_text="Last accepted prediction of the sample.")
+    interaction = models.PositiveIntegerField(default=0, help_text="Number of the interaction served last.")
+    next_key = models.CharField(max_length=100, blank=True, default="")
+    served_at = models.DateTimeField(null=True, blank=True)
+    served = models.JSONField(null=True, blank=True, help_text="The payload of the interaction served last.")
+    pending = models.JSONField(null=True, blank=True, help_text="Submission waiting to be scored.")
+    pending_png = models.BinaryField(null=True, blank=True)
+    submit_key = models.CharField(max_length=100, blank=True, default="")
+    last_result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    summary = models.JSONField(null=True, blank=True)
+    scored_async = models.PositiveIntegerField(default=0, help_text="Submissions scored by a Celery worker.")
+    server_seconds = models.FloatField(default=0.0, help_text="Server time spent scoring and preparing.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    expires_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "create_key"],
+                condition=~models.Q(create_key=""),
+                name="evalrun_unique_create_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.method or 'unnamed'} on {self.dataset_id})"
+
+
+class EvaluationRow(models.Model):
+    """One report row (sample x click), the columns of ``benchmark.session.REPORT_COLUMNS``."""
+
+    run = models.ForeignKey(EvaluationRun, on_delete=models.CASCADE, related_name="rows")
+    position = models.PositiveIntegerField()
+    sample_id = models.CharField(max_length=300)
+    image_stem = models.CharField(max_length=255)
+    object_stem = models.CharField(max_length=100, blank=True, default="")
+    group = models.CharField(max_length=30)
+    click_index = models.PositiveIntegerField()
+    x = models.FloatField()
+    y = models.FloatField()
+    is_positive = models.BooleanField()
+    iou = models.FloatField(null=True, help_text="Null when the submission timed out.")
+    timing_s = models.FloatField(help_text="Client-reported model time.")
+    server_timing_s = models.FloatField(
+        help_text="Server-measured time from serving the clicks to the submission."
+    )
+    status = models.CharField(max_length=20)
+    round = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["run_id", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position"], name="evalrow_unique_position")]
+
+
+class PublishedBenchmark(models.Model):
+    """A benchmark (dataset) a researcher publishes: a public read-only leaderboard of their finished runs."""
+
+    slug = models.SlugField(max_length=80, unique=True)
+    title = models.CharField(max_length=200)
+    dataset = models.ForeignKey(
+        "collector.Dataset", on_delete=models.CASCADE, related_name="published_benchmarks"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="published_benchmarks"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.title

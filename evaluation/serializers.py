@@ -1,0 +1,151 @@
+"""Request/response shapes of the evaluation API (for the OpenAPI schema and input checks)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+class RunCreateSerializer(serializers.Serializer):
+    dataset = serializers.CharField(help_text="Name of a dataset on this server (GET /api/eval/datasets/).")
+    method = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    clicker = serializers.ChoiceField(choices=["baseline", "replay"], required=False)
+    max_clicks = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    max_time_s = serializers.FloatField(required=False, allow_null=True, min_value=1e-6)
+    threshold = serializers.FloatField(required=False, min_value=0.0, max_value=1.0)
+    target_ious = serializers.ListField(
+        child=serializers.FloatField(min_value=1e-6, max_value=1.0), required=False
+    )
+    stop_at_target = serializers.BooleanField(required=False)
+    seed = serializers.IntegerField(required=False, min_value=0)
+    shuffle = serializers.BooleanField(required=False)
+
+
+class ResultSerializer(serializers.Serializer):
+    interaction = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["accepted", "timed_out"])
+    iou = serializers.FloatField(allow_null=True)
+    round = serializers.IntegerField()
+    clicks = serializers.IntegerField()
+
+
+class RunSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    dataset = serializers.CharField(source="dataset.name")
+    method = serializers.CharField()
+    session_id = serializers.CharField()
+    clicker = serializers.CharField()
+    max_clicks = serializers.IntegerField()
+    max_time_s = serializers.FloatField(allow_null=True)
+    threshold = serializers.FloatField()
+    target_ious = serializers.ListField(child=serializers.FloatField())
+    stop_at_target = serializers.BooleanField()
+    seed = serializers.IntegerField()
+    shuffle = serializers.BooleanField()
+    samples = serializers.SerializerMethodField()
+    state = serializers.CharField()
+    sample_index = serializers.IntegerField(source="unit_index")
+    interaction = serializers.IntegerField()
+    last_result = ResultSerializer(allow_null=True)
+    error = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_samples(self, run) -> int:
+        return len(run.units)
+
+
+class ClickSerializer(serializers.ListField):
+    child = serializers.JSONField()
+
+
+class SampleSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    dataset = serializers.CharField()
+    sample_id = serializers.CharField()
+    image_stem = serializers.CharField()
+    object_stem = serializers.CharField()
+    group = serializers.CharField()
+    width = serializers.IntegerField()
+    height = serializers.IntegerField()
+    image_url = serializers.CharField()
+
+
+class NextRequestSerializer(serializers.Serializer):
+    resume = serializers.BooleanField(
+        required=False, help_text="Reconnecting: get the open interaction again."
+    )
+
+
+class NextSerializer(serializers.Serializer):
+    done = serializers.BooleanField()
+    run = serializers.UUIDField(required=False)
+    status = serializers.CharField(required=False, help_text="'preparing' (HTTP 202): poll again.")
+    interaction = serializers.IntegerField(required=False)
+    round = serializers.IntegerField(required=False)
+    is_new = serializers.BooleanField(required=False)
+    clicks = serializers.ListField(
+        child=ClickSerializer(), required=False, help_text="[[x, y, is_positive], ...]"
+    )
+    last_clicks = serializers.ListField(child=ClickSerializer(), required=False)
+    sample = SampleSerializer(required=False)
+
+
+class SubmitSerializer(serializers.Serializer):
+    interaction = serializers.IntegerField(help_text="The number next returned.")
+    timing_s = serializers.FloatField(min_value=0.0, help_text="Your model time for this interaction.")
+    mask_png = serializers.CharField(
+        required=False, help_text="Base64 of an 8-bit PNG, 0/255, the sample's size."
+    )
+    mask_rle = serializers.JSONField(required=False, help_text='COCO RLE {"size": [H, W], "counts": "..."}.')
+    then_next = serializers.BooleanField(required=False, help_text="Answer with the next interaction too.")
+
+
+class SubmitResponseSerializer(serializers.Serializer):
+    result = ResultSerializer(required=False)
+    next = NextSerializer(
+        required=False, allow_null=True, help_text="With then_next: what next would answer."
+    )
+    status = serializers.CharField(required=False, help_text="'scoring' (HTTP 202): poll GET runs/{id}/.")
+    interaction = serializers.IntegerField(required=False)
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = serializers.CharField()
+    detail = serializers.CharField()
+
+
+class KeyCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(required=False, allow_blank=True, max_length=100)
+
+
+class KeySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    key = serializers.CharField(required=False, help_text="Shown once, at creation.")
+
+
+class EvalDatasetSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    samples = serializers.IntegerField()
+
+
+class ReportRowSerializer(serializers.Serializer):
+    dataset = serializers.CharField()
+    sample_id = serializers.CharField()
+    image_stem = serializers.CharField()
+    object_stem = serializers.CharField()
+    clicker = serializers.CharField()
+    group = serializers.CharField()
+    click_index = serializers.IntegerField()
+    x = serializers.FloatField()
+    y = serializers.FloatField()
+    is_positive = serializers.BooleanField()
+    iou = serializers.FloatField(allow_null=True)
+    timing_s = serializers.FloatField()
+    status = serializers.CharField()
+    round = serializers.IntegerField()
+    session_id = serializers.CharField()

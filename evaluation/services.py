@@ -1,0 +1,646 @@
+"""The evaluation server's writes: keys, runs and the run state machine (the local ClickSession's semantics).
+
+Order of calls for a run, as in :class:`benchmark.session.ClickSession`::
+
+    create -> [preparing] -> ready --next--> awaiting_mask --submit--> [preparing] -> ready ... -> finished
+
+``preparing`` is the server's own work: scoring a submission (IoU against the ground truth, kept here) and
+computing the next clicks (baseline clicker on the last accepted prediction). It runs in the request for
+ordinary images and in a Celery worker (``tasks.evaluation.process_run``) for samples larger than
+``EVAL_INLINE_MAX_PIXELS``; clients poll the run meanwhile. Every step is committed, so a server restart or
+a client reconnect resumes where it stopped. Differences from the local session: the time budget is
+enforced on the server's clock (from serving the clicks to receiving the mask); the client's own timing
+is only reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+from django.db import transaction
+from django.utils import timezone
+
+from benchmark.clickers import BaselineClicker
+from benchmark.datasets import SampleKey, read_image_rgb, resize_long_side
+from benchmark.maskcodec import MaskFormatError, decode_png, decode_rle, encode_png
+from benchmark.metrics import iou
+from benchmark.session import ClickSession, sample_id
+from collector.models import Dataset, Instance
+from collector.services.outbox import task_intent_add
+from segmenters.base import Click
+
+from .conf import limit
+from .models import EvaluationKey, EvaluationRow, EvaluationRun
+
+logger = logging.getLogger(__name__)
+State = EvaluationRun.State
+TASK_NAME = "tasks.evaluation.process_run"
+REMOTE_CLICKERS = ("baseline", "replay")
+OPEN_STATES = (State.PREPARING, State.READY, State.AWAITING_MASK)
+
+
+class EvalError(Exception):
+    """A request the run cannot take; ``status`` is the HTTP status, ``code`` a stable error name."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+# --------------------------------------------------------------------------------------------------
+# keys
+
+
+def key_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def create_key(*, user, name: str = "") -> tuple[EvaluationKey, str]:
+    """A new evaluation key for ``user``; the raw key is returned once and only its hash is stored."""
+    raw = "ek_" + secrets.token_urlsafe(32)
+    key = EvaluationKey.objects.create(user=user, name=name[:100], prefix=raw[:10], key_hash=key_hash(raw))
+    return key, raw
+
+
+def key_lookup(raw: str) -> EvaluationKey | None:
+    key = (
+        EvaluationKey.objects.select_related("user")
+        .filter(key_hash=key_hash(raw), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if key is not None and (
+        key.last_used_at is None or timezone.now() - key.last_used_at > timedelta(minutes=1)
+    ):
+        EvaluationKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    return key
+
+
+# --------------------------------------------------------------------------------------------------
+# samples (ground truth stays here)
+
+
+@dataclass(frozen=True)
+class _Truth:
+    key: SampleKey
+    gt: np.ndarray
+    ignore: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.gt.shape
+
+
+def _read_gray(field) -> np.ndarray:
+    from PIL import Image as PILImage
+
+    with field.open("rb") as handle:
+        return np.asarray(PILImage.open(handle).convert("L"))
+
+
+@functools.lru_cache(maxsize=16)
+def _truth(instance_id: int) -> _Truth:
+    """GT and ignore band of an instance (instances never change after import; cached per process)."""
+    instance = Instance.objects.select_related("image__dataset").filter(pk=instance_id).first()
+    if instance is None:
+        raise EvalError(
+            409, "sample_gone", f"instance {instance_id} of this run was deleted; start a new run."
+        )
+    image = instance.image
+    gt = _read_gray(instance.mask_file) > 127
+    ignore = (
+        _read_gray(instance.ignore_file) > 127 if instance.ignore_file else np.zeros(gt.shape, dtype=bool)
+    )
+    key = SampleKey(image.dataset.name, image.stem, instance.object_stem)
+    return _Truth(key=key, gt=gt, ignore=ignore)
+
+
+def sample_image(instance: Instance) -> np.ndarray:
+    """(H, W, 3) uint8 RGB at the canonical size, decoded exactly as the local benchmark loader does."""
+    image = instance.image
+    picture = read_image_rgb(Path(image.file.path))
+    if picture.shape[:2] != (image.height, image.width):
+        picture = resize_long_side(picture, max(image.width, image.height))
+    return picture
+
+
+# --------------------------------------------------------------------------------------------------
+# runs
+
+
+def _int(data: dict, name: str, default: int, low: int, high: int) -> int:
+    value = data.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise EvalError(400, "invalid_config", f"{name}={value!r} must be an integer in [{low}, {high}].")
+    return value
+
+
+def _float(data: dict, name: str, default, low: float, high: float, *, allow_none=False):
+    value = data.get(name, default)
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise EvalError(400, "invalid_config", f"{name}={value!r} must be a number in [{low}, {high}]"
+                        + (" or null." if allow_none else "."))  # fmt: skip
+    return float(value)
+
+
+def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
+    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
+    if create_key:
+        existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
+        if existing is not None:
+            return existing
+    name = data.get("dataset")
+    dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
+    if dataset is None:
+        names = ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none imported"
+        raise EvalError(
+            400, "unknown_dataset", f"dataset={name!r} is not on this server; available: {names}."
+        )
+    clicker = data.get("clicker", "baseline")
+    if clicker not in REMOTE_CLICKERS:
+        raise EvalError(
+            400,
+            "invalid_config",
+            f"clicker={clicker!r} is not served remotely (yet); use one of {REMOTE_CLICKERS}.",
+        )
+    max_clicks = _int(data, "max_clicks", 20, 1, limit("EVAL_MAX_CLICKS"))
+    max_time_s = _float(data, "max_time_s", None, 1e-6, 24 * 3600, allow_none=True)
+    threshold = _float(data, "threshold", 0.5, 0.0, 1.0)
+    targets = data.get("target_ious", [0.85, 0.90])
+    if not isinstance(targets, list) or not 1 <= len(targets) <= 10:
+        raise EvalError(400, "invalid_config", "target_ious must be a list of 1 to 10 numbers in (0, 1].")
+    targets = [_float({"t": t}, "t", None, 1e-6, 1.0) for t in targets]
+    seed = _int(data, "seed", 0, 0, 2**63 - 1)
+    for flag in ("shuffle", "stop_at_target"):
+        if not isinstance(data.get(flag, False), bool):
+            raise EvalError(400, "invalid_config", f"{flag} must be true or false.")
+    method = data.get("method", "")
+    if not isinstance(method, str) or len(method) > 100:
+        raise EvalError(400, "invalid_config", "method must be a name of at most 100 characters.")
+
+    with transaction.atomic():
+        active = EvaluationRun.objects.select_for_update().filter(
+            owner=user, state__in=OPEN_STATES, expires_at__gt=timezone.now()
+        )
+        if len(active) >= limit("EVAL_MAX_ACTIVE_RUNS"):
+            raise EvalError(429, "too_many_runs",
+                            f"you have {len(active)} unfinished runs (limit {limit('EVAL_MAX_ACTIVE_RUNS')}); "
+                            "finish one or wait until it expires.")  # fmt: skip
+        instances = sorted(
+            Instance.objects.filter(image__dataset=dataset).values_list("pk", "image__stem", "object_stem"),
+            key=lambda row: (row[1], row[2]),
+        )
+        if clicker == "replay":
+            units = _replay_units([pk for pk, _, _ in instances])
+            if not units:
+                raise EvalError(400, "no_real_clicks",
+                                f"dataset {dataset.name!r} has no valid real first-round clicks to replay; "
+                                "use clicker='baseline' or collect clicks first.")  # fmt: skip
+        else:
+            units = [[pk, "base"] for pk, _, _ in instances]
+        if data.get("shuffle", False):
+            order = np.random.default_rng(seed).permutation(len(units))
+            units = [units[i] for i in order]
+        run = EvaluationRun.objects.create(
+            owner=user, key=key, create_key=create_key[:100], dataset=dataset, method=method,
+            session_id=secrets.token_hex(8), clicker=clicker, max_clicks=max_clicks, max_time_s=max_time_s,
+            threshold=threshold, target_ious=targets, stop_at_target=data.get("stop_at_target", False),
+            seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING,
+            expires_at=timezone.now() + timedelta(seconds=limit("EVAL_RUN_TTL_S")),
+        )  # fmt: skip
+        dispatch(run)
+    return run
+
+
+@functools.lru_cache(maxsize=4096)
+def _size(instance_id: int) -> tuple[int, int]:
+    """(width, height) of an instance's image (instances never change after import)."""
+    row = Instance.objects.filter(pk=instance_id).values_list("image__width", "image__height").first()
+    if row is None:
+        raise EvalError(
+            409, "sample_gone", f"instance {instance_id} of this run was deleted; start a new run."
+        )
+    return row
+
+
+def _replay_units(instance_ids: list[int]) -> list[list]:
+    """One unit per valid real first-round click, per instance in order: [instance, "userJ", x, y]."""
+    from collector.models import Click as RealClick
+
+    by_instance: dict[int, list] = {}
+    rows = (
+        RealClick.objects.filter(trial__target__instance_id__in=instance_ids, trial__target__click_type="first",
+                                 is_valid=True)
+        .order_by("received_at", "pk")
+        .values_list("trial__target__instance_id", "x", "y")
+    )  # fmt: skip
+    for instance_id, x, y in rows:
+        by_instance.setdefault(instance_id, []).append((x, y))
+    units = []
+    for instance_id in instance_ids:
+        for j, (x, y) in enumerate(by_instance.get(instance_id, [])):
+            units.append([instance_id, f"user{j + 1}", float(x), float(y)])
+    return units
+
+
+def _pixels_of_unit(run: EvaluationRun, index: int) -> int:
+    if not 0 <= index < len(run.units):
+        return 0
+    width, height = _size(run.units[index][0])
+    return width * height
+
+
+def dispatch(run: EvaluationRun) -> None:
+    """Do the locked run's pending work now, in its transaction (small samples), or hand it to a Celery
+    worker once the transaction commits (large ones); saves the run."""
+    index = run.unit_index if run.unit_index >= 0 else 0
+    if _pixels_of_unit(run, index) > limit("EVAL_INLINE_MAX_PIXELS"):
+        # through the transactional outbox: sent after commit, relayed while the broker is down
+        task_intent_add(name=TASK_NAME, args=[str(run.pk)])
+    else:
+        _process(run)
+    run.save()
+
+
+def expire_due(run_id=None) -> int:
+    """Mark open runs past ``expires_at`` as expired (committed on its own, before any request's work)."""
+    due = EvaluationRun.objects.filter(state__in=OPEN_STATES, expires_at__lte=timezone.now())
+    if run_id is not None:
+        due = due.filter(pk=run_id)
+    return due.update(state=State.EXPIRED)
+
+
+def _check_open(run: EvaluationRun) -> None:
+    if run.state in OPEN_STATES and run.expires_at <= timezone.now():
+        run.state = State.EXPIRED
+    if run.state == State.EXPIRED:
+        raise EvalError(
+            410,
+            "run_expired",
+            f"run {run.pk} expired at {run.expires_at:%Y-%m-%d %H:%M} UTC; start a new run.",
+        )
+    if run.state == State.FAILED:
+        raise EvalError(409, "run_failed", f"run {run.pk} failed on the server: {run.error}")
+
+
+def process_run(run_id, *, asynchronous: bool = False) -> None:
+    """Score the pending submission (if any) and prepare the next interaction; idempotent."""
+    with transaction.atomic():
+        run = EvaluationRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.state != State.PREPARING:
+            return  # done already (a redelivered task) or gone
+        _process(run, asynchronous=asynchronous)
+        run.save()
+
+
+def _process(run: EvaluationRun, *, asynchronous: bool = False) -> None:
+    """The work of ``preparing`` on a locked run (the caller saves it)."""
+    started = time.perf_counter()
+    try:
+        with transaction.atomic():  # a savepoint: a failure leaves no half-written report rows
+            if run.pending is not None:
+                _score(run)
+                run.scored_async += int(asynchronous)
+            _prepare_next(run)
+    except EvalError as exc:
+        run.state, run.error = State.FAILED, exc.message
+    except Exception as exc:  # a bug or broken files: fail the run visibly instead of leaving it hanging
+        logger.exception("evaluation run %s failed", run.pk)
+        run.state, run.error = (
+            State.FAILED,
+            f"{type(exc).__name__} while scoring; the administrators were told.",
+        )
+    run.server_seconds += time.perf_counter() - started
+
+
+def _clicks(raw: list) -> list[Click]:
+    return [Click(x=float(x), y=float(y), is_positive=bool(p)) for x, y, p in raw]
+
+
+def _raw(clicks: list[Click]) -> list:
+    return [[c.x, c.y, c.is_positive] for c in clicks]
+
+
+def _prediction(run: EvaluationRun, shape) -> np.ndarray:
+    decoded = getattr(run, "_decoded", None)  # the array behind pred_png, when scored in this process
+    if decoded is not None and decoded[0] == bytes(run.pred_png or b""):
+        return decoded[1]
+    if run.pred_png:
+        return decode_png(bytes(run.pred_png), shape=shape)
+    return np.zeros(shape, dtype=bool)
+
+
+def _prepare_next(run: EvaluationRun) -> None:
+    """The local ``ClickSession.next`` loop, on the stored state."""
+    while True:
+        if run.unit_index >= 0 and not run.unit_done and run.clicker == "replay":
+            # ReplayClicker: the unit's one recorded click (clipped into the image), then nothing
+            _, _, x, y = run.units[run.unit_index]
+            width, height = _size(run.units[run.unit_index][0])
+            if not run.clicks:
+                click = Click(
+                    x=float(np.clip(x, 0, width - 1)), y=float(np.clip(y, 0, height - 1)), is_positive=True
+                )
+                run.last_clicks = run.clicks = _raw([click])
+                run.state = State.READY
+                return
+        elif run.unit_index >= 0 and not run.unit_done:
+            truth = _truth(run.units[run.unit_index][0])
+            clicker = BaselineClicker()
+            clicker.start(image=np.zeros((*truth.shape, 1), np.uint8), gt=truth.gt, ignore=truth.ignore)
+            for click in _clicks(run.clicks):
+                clicker._state.mark(click)  # the baseline clicker's whole state: the pixels clicked so far
+            new = clicker.next_clicks(_prediction(run, truth.shape))[: run.max_clicks - len(run.clicks)]
+            if new:
+                run.last_clicks = _raw(new)
+                run.clicks = run.clicks + _raw(new)
+                run.state = State.READY
+                return
+        run.unit_index += 1
+        if run.unit_index >= len(run.units):
+            _finish(run)
+            return
+        run.clicks, run.last_clicks, run.round, run.elapsed_s = [], [], 0, 0.0
+        run.unit_done, run.new_sample, run.pred_png = False, True, None
+
+
+def _score(run: EvaluationRun) -> None:
+    pending = run.pending
+    truth = _truth(run.units[run.unit_index][0])
+    decoded = getattr(run, "_decoded", None)
+    if decoded is not None and decoded[0] == bytes(run.pending_png):
+        pred = decoded[1]  # decoded by the request that took it: no second PNG decode
+    else:
+        pred = decode_png(bytes(run.pending_png), shape=truth.shape)
+    run.round += 1
+    run.elapsed_s += pending["server_timing_s"]
+    if run.max_time_s is not None and run.elapsed_s > run.max_time_s:
+        run.unit_done = True
+        value, status = float("nan"), "timed_out"
+    else:
+        run.pred_png = bytes(run.pending_png)
+        value, status = iou(pred, truth.gt, truth.ignore), "accepted"
+        if len(run.clicks) >= run.max_clicks or (run.stop_at_target and value >= max(run.target_ious)):
+            run.unit_done = True
+    _record(run, truth, value, pending, status)
+    run.last_result = {
+        "interaction": pending["interaction"], "status": status, "iou": None if math.isnan(value) else value,
+        "round": run.round, "clicks": len(run.clicks),
+    }  # fmt: skip
+    run.pending, run.pending_png = None, None
+
+
+def _record(run: EvaluationRun, truth: _Truth, value: float, pending: dict, status: str) -> None:
+    position = run.rows.count()
+    first_index = len(run.clicks) - len(run.last_clicks)
+    EvaluationRow.objects.bulk_create(
+        EvaluationRow(
+            run=run,
+            position=position + offset,
+            sample_id=sample_id(truth.key),
+            image_stem=truth.key.image_stem,
+            object_stem=truth.key.object_stem,
+            group=run.units[run.unit_index][1],
+            click_index=first_index + offset + 1,
+            x=click.x,
+            y=click.y,
+            is_positive=click.is_positive,
+            iou=None if math.isnan(value) else value,
+            timing_s=pending["timing_s"],
+            server_timing_s=pending["server_timing_s"],
+            status=status,
+            round=run.round,
+        )  # fmt: skip
+        for offset, click in enumerate(_clicks(run.last_clicks))
+    )
+
+
+def report_rows(run: EvaluationRun) -> list[dict]:
+    """The report as the local session's rows (NaN IoU for timed-out rounds)."""
+    name = run.dataset.name
+    return [
+        {
+            "dataset": name,
+            "sample_id": r.sample_id,
+            "image_stem": r.image_stem,
+            "object_stem": r.object_stem,
+            "clicker": run.clicker,
+            "group": r.group,
+            "click_index": r.click_index,
+            "x": r.x,
+            "y": r.y,
+            "is_positive": r.is_positive,
+            "iou": float("nan") if r.iou is None else r.iou,
+            "timing_s": r.timing_s,
+            "status": r.status,
+            "round": r.round,
+            "session_id": run.session_id,
+        }  # fmt: skip
+        for r in run.rows.order_by("position")
+    ]
+
+
+def _no_nan(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def _finish(run: EvaluationRun) -> None:
+    # The local session's own summary code, on the stored rows, so both summaries are computed alike.
+    helper = ClickSession(dataset=[], clicker=run.clicker, max_clicks=run.max_clicks, threshold=run.threshold,
+                          target_ious=run.target_ious, seed=run.seed, real_clicks={})  # fmt: skip
+    helper.session_id = run.session_id
+    helper._rows = report_rows(run)
+    run.summary = _no_nan(helper._compute_summary())
+    run.state, run.finished_at = State.FINISHED, timezone.now()
+    run.last_clicks, run.pred_png = [], None
+
+
+def locked_run(run_id, user) -> EvaluationRun:
+    run = EvaluationRun.objects.select_for_update().filter(pk=run_id, owner=user).first()
+    if run is None:
+        raise EvalError(404, "unknown_run", f"run {run_id} does not exist or is not yours.")
+    return run
+
+
+def _serve_next(*, run_id, user, idempotency_key: str = "", resume: bool = False) -> tuple[int, dict]:
+    """(status, payload) of ``next``: the next interaction, ``{"done": true}``, or 202 while preparing.
+
+    While an interaction awaits its mask, only a repeat (same idempotency key) or an explicit ``resume``
+    (a reconnecting client) gets it again; any other ``next`` is out of order (409)."""
+    with transaction.atomic():
+        run = locked_run(run_id, user)
+        if run.state == State.FINISHED:
+            return 200, {"done": True, "run": str(run.pk)}
+        _check_open(run)
+        if run.state == State.AWAITING_MASK:
+            if resume or (idempotency_key and idempotency_key == run.next_key):
+                return 200, run.served
+            raise EvalError(409, "awaiting_mask",
+                            f"interaction {run.interaction} still awaits a mask: submit it before asking for the next.")  # fmt: skip
+        if run.state == State.PREPARING:
+            _resend_if_stuck(run)
+            return 202, {"done": False, "status": "preparing", "retry_after_s": 0.05}
+        return 200, _serve(run, idempotency_key)
+
+
+RESEND_AFTER_S = 60.0
+
+
+def _resend_if_stuck(run: EvaluationRun) -> None:
+    """A run preparing for long lost its task (a broker restart): send it again (the task is idempotent)."""
+    if (timezone.now() - run.updated_at).total_seconds() > RESEND_AFTER_S:
+        task_intent_add(name=TASK_NAME, args=[str(run.pk)])
+        run.save(update_fields=["updated_at"])
+
+
+def _serve(run: EvaluationRun, idempotency_key: str) -> dict:
+    """Serve the prepared interaction of a locked ``ready`` run (saves it)."""
+    truth = _truth(run.units[run.unit_index][0])
+    width, height = _size(run.units[run.unit_index][0])
+    run.interaction += 1
+    payload = {
+        "done": False, "run": str(run.pk), "interaction": run.interaction, "round": run.round + 1,
+        "is_new": run.new_sample, "clicks": run.clicks, "last_clicks": run.last_clicks,
+        "sample": {
+            "index": run.unit_index, "dataset": truth.key.dataset, "sample_id": sample_id(truth.key),
+            "image_stem": truth.key.image_stem, "object_stem": truth.key.object_stem,
+            "group": run.units[run.unit_index][1], "width": width, "height": height,
+            "image_url": f"/api/eval/runs/{run.pk}/samples/{run.unit_index}/image.png",
+        },
+    }  # fmt: skip
+    run.new_sample, run.state, run.served, run.served_at = (
+        False,
+        State.AWAITING_MASK,
+        payload,
+        timezone.now(),
+    )
+    run.next_key = idempotency_key[:100]
+    run.save()
+    return payload
+
+
+def _then_next(run: EvaluationRun, data: dict, submit_key: str) -> dict | None:
+    """With ``then_next``, a submission's answer also carries the next interaction (one request per
+    interaction instead of two); a retried submission gets the same one."""
+    if data.get("then_next") is not True:
+        return None
+    key = f"then:{submit_key}"[:100] if submit_key else ""
+    if run.state == State.FINISHED:
+        return {"done": True, "run": str(run.pk)}
+    if run.state == State.READY:
+        return _serve(run, key)
+    if run.state == State.AWAITING_MASK and key and run.next_key == key:
+        return run.served
+    return None
+
+
+def decode_submission(data: dict, shape: tuple[int, int]) -> np.ndarray:
+    has_png, has_rle = data.get("mask_png") is not None, data.get("mask_rle") is not None
+    if has_png == has_rle:
+        raise EvalError(
+            400, "invalid_mask", "send exactly one of mask_png (base64 PNG) or mask_rle (COCO RLE)."
+        )
+    try:
+        if has_png:
+            if not isinstance(data["mask_png"], str):
+                raise MaskFormatError("mask_png must be a base64 string of a PNG file.")
+            try:
+                raw = base64.b64decode(data["mask_png"], validate=True)
+            except (binascii.Error, ValueError):
+                raise MaskFormatError("mask_png is not valid base64.") from None
+            return decode_png(raw, shape=shape, max_pixels=4 * shape[0] * shape[1] + 16)
+        return decode_rle(data["mask_rle"], shape=shape)
+    except MaskFormatError as exc:
+        raise EvalError(400, "invalid_mask", str(exc)) from None
+
+
+def _submit(*, run_id, user, data: dict, idempotency_key: str = "") -> tuple[int, dict]:
+    """Take the mask of the served interaction; (status, payload): 200 with the result, 202 while scoring."""
+    with transaction.atomic():
+        run = locked_run(run_id, user)
+        if idempotency_key and idempotency_key == run.submit_key:
+            if run.state == State.PREPARING:
+                _resend_if_stuck(run)
+                return 202, {"status": "scoring", "interaction": run.pending["interaction"]}
+            return 200, {"result": run.last_result, "next": _then_next(run, data, idempotency_key)}
+        if run.state != State.FINISHED:
+            _check_open(run)
+        if run.state != State.AWAITING_MASK:
+            why = {
+                State.PREPARING: "the previous submission is still being scored",
+                State.READY: "no interaction was served: call next first",
+                State.FINISHED: "the run is finished",
+            }.get(run.state, run.state)
+            raise EvalError(409, "not_awaiting_mask", f"run {run.pk} takes no mask now: {why}.")
+        interaction = data.get("interaction")
+        if interaction != run.interaction or isinstance(interaction, bool):
+            raise EvalError(409, "wrong_interaction",
+                            f"interaction={interaction!r}, but the run awaits the mask of interaction {run.interaction} "
+                            f"(sample {run.served['sample']['sample_id']}).")  # fmt: skip
+        timing = data.get("timing_s", 0.0)
+        if (
+            isinstance(timing, bool)
+            or not isinstance(timing, int | float)
+            or not math.isfinite(timing)
+            or timing < 0
+        ):
+            raise EvalError(
+                400, "invalid_timing", f"timing_s={timing!r} must be a non-negative number of seconds."
+            )
+        truth = _truth(run.units[run.unit_index][0])
+        pred = decode_submission(data, truth.shape)
+        server_timing = (timezone.now() - run.served_at).total_seconds()
+        run.pending = {
+            "interaction": run.interaction,
+            "timing_s": float(timing),
+            "server_timing_s": server_timing,
+        }
+        run.pending_png, run.submit_key, run.state = encode_png(pred), idempotency_key[:100], State.PREPARING
+        run._decoded = (run.pending_png, pred)
+        dispatch(run)
+        following = _then_next(run, data, idempotency_key) if run.state != State.PREPARING else None
+    if run.state == State.PREPARING:
+        return 202, {"status": "scoring", "interaction": run.interaction}
+    if run.state == State.FAILED:
+        raise EvalError(409, "run_failed", f"run {run.pk} failed on the server: {run.error}")
+    return 200, {"result": run.last_result, "next": following}
+
+
+def _recording_expiry(function):
+    @functools.wraps(function)
+    def wrapper(*, run_id, **kwargs):
+        try:
+            return function(run_id=run_id, **kwargs)
+        except EvalError as exc:
+            if exc.code == "run_expired":
+                expire_due(run_id)  # the 410 rolled the request's transaction back: record the expiry now
+            raise
+
+    return wrapper
+
+
+serve_next = _recording_expiry(_serve_next)
+submit = _recording_expiry(_submit)

@@ -1,0 +1,93 @@
+/** The player's screens, messages and finish step (DOM only; the timing lives elsewhere). */
+
+export const gettext = (text) => (globalThis.gettext ? globalThis.gettext(text) : text);
+
+export function interpolate(format, values) {
+  if (globalThis.interpolate) { return globalThis.interpolate(format, values, true); }
+  return format.replace(/%\((\w+)\)s/g, (_, key) => String(values[key]));
+}
+
+const $ = (id) => document.getElementById(id);
+const SCREENS = ["screen-instructions", "screen-trial", "screen-saving", "screen-done", "screen-error"];
+
+export function show(id) { SCREENS.forEach((name) => { $(name).hidden = name !== id; }); }
+
+export function fail(message) {
+  $("error-text").textContent = message;
+  show("screen-error");
+}
+
+/** A message that stays until replaced (e.g. an answer the server did not accept). */
+export function notice(text) {
+  const element = $("notice");
+  element.textContent = text;
+  element.hidden = !text;
+}
+
+function wrapLines(context, text, maxWidth) {
+  const lines = [];
+  let line = "";
+  text.split(/\s+/).forEach((word) => {
+    const candidate = line ? `${line} ${word}` : word;
+    if (context.measureText(candidate).width > maxWidth && line) { lines.push(line); line = word; }
+    else { line = candidate; }
+  });
+  if (line) { lines.push(line); }
+  return lines;
+}
+
+/** Text Description: the text drawn once on a gray picture of the display size, then decoded. */
+export function textBitmap(text, width, height) {
+  const canvas = document.createElement("canvas");
+  canvas.width = width;
+  canvas.height = height;
+  const context = canvas.getContext("2d");
+  context.fillStyle = "#808080";
+  context.fillRect(0, 0, width, height);
+  const size = Math.max(16, Math.round(Math.min(width, height) / 9));
+  context.font = `700 ${size}px system-ui, sans-serif`;
+  context.fillStyle = "#ffffff";
+  context.textAlign = "center";
+  context.textBaseline = "middle";
+  const lines = wrapLines(context, text.toUpperCase(), width * 0.86);
+  const top = height / 2 - (lines.length - 1) * size * 0.6;
+  lines.forEach((line, index) => context.fillText(line, width / 2, top + index * size * 1.2));
+  return globalThis.createImageBitmap ? createImageBitmap(canvas) : Promise.resolve(canvas);
+}
+
+function showCode(code) {
+  $("done-code").hidden = !code;
+  $("completion-code").textContent = code || "";
+}
+
+/** The platform's finish step. The completion code is on screen before any redirect or form post, so a
+ *  participant whose redirect fails still has it. */
+export function runFinishAction(action, state, { redirectDelayMs = 2500 } = {}) {
+  state.finished = true;
+  state.finishAction = action;
+  show("screen-done");
+  showCode(action.code);
+  if (action.kind === "redirect" && action.url) {
+    $("done-text").textContent = gettext("Returning you to the platform… If nothing happens, use the link below.");
+    const link = $("done-link");
+    link.href = action.url;
+    link.hidden = false;
+    setTimeout(() => { window.location.href = action.url; }, redirectDelayMs);
+  } else if (action.kind === "auto_post" && action.url) {
+    $("done-text").textContent = gettext("Submitting your work…");
+    const form = document.createElement("form");
+    form.method = "POST";
+    form.action = action.url;
+    Object.entries(action.fields || {}).forEach(([name, value]) => {
+      const input = document.createElement("input");
+      input.type = "hidden";
+      input.name = name;
+      input.value = value;
+      form.appendChild(input);
+    });
+    document.body.appendChild(form);
+    setTimeout(() => form.submit(), redirectDelayMs);
+  } else {
+    $("done-text").textContent = gettext("Enter this code where the task asks for it.");
+  }
+}

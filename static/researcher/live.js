@@ -1,0 +1,56 @@
+// Live numbers without a reload: every element with data-live-url is refreshed every data-live-ms by
+// polling that URL. The answer is {"html": {"<element id>": "<inner HTML>"}, "state": "<study state>"}:
+// the server renders the same templates as the page, so there is one way to draw each part.
+// Polling (not server-sent events) keeps each refresh a short request; see collector.researcher.views.study_live.
+(function () {
+  "use strict";
+  document.querySelectorAll("[data-live-url]").forEach(function (root) {
+    var url = root.dataset.liveUrl;
+    var every = Math.max(1000, parseInt(root.dataset.liveMs, 10) || 5000);
+    var busy = false;
+    var chartsAt = Date.now();
+
+    // Charts are PNGs drawn by the server (matplotlib): redraw them when the numbers changed, at most
+    // every CHART_EVERY_MS, so an open page does not keep a web worker busy drawing.
+    var CHART_EVERY_MS = 30000;
+    function refreshCharts() {
+      if (Date.now() - chartsAt < CHART_EVERY_MS) { return; }
+      chartsAt = Date.now();
+      document.querySelectorAll("img.chart").forEach(function (img) {
+        img.src = img.src.split("?")[0] + "?at=" + chartsAt;
+      });
+    }
+
+    function refresh() {
+      if (busy || document.hidden) { return; }
+      busy = true;
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+        .then(function (response) { return response.ok ? response.json() : null; })
+        .then(function (body) {
+          if (!body) { return; }
+          var changed = false;
+          Object.keys(body.html || {}).forEach(function (id) {
+            var element = document.getElementById(id);
+            if (element && element.dataset.liveHtml !== body.html[id]) {
+              changed = changed || element.dataset.liveHtml !== undefined;
+              element.innerHTML = body.html[id];
+              element.dataset.liveHtml = body.html[id];
+            }
+          });
+          if (changed) { refreshCharts(); }
+          var badge = document.getElementById("study-state");
+          if (badge && body.state && badge.textContent !== body.state) {
+            badge.textContent = body.state;
+            badge.className = "state state-" + body.state;
+          }
+          var stamp = document.getElementById("live-updated");
+          if (stamp && body.at) { stamp.textContent = body.at.slice(11, 19); }
+        })
+        .catch(function () { /* offline for a moment: the next poll tries again */ })
+        .then(function () { busy = false; });
+    }
+
+    window.setInterval(refresh, every);
+    document.addEventListener("visibilitychange", function () { if (!document.hidden) { refresh(); } });
+  });
+})();

@@ -1,0 +1,164 @@
+"""A corrective-click campaign end to end in real Chromium with a real Celery worker doing the model updates
+(issue 17): a desktop worker (mouse: left = positive, right = negative, undo, a reload mid-round, three rounds,
+"mask is fine") and a phone worker (touch with the +/− toggle, "done" with clicks pending) in one test with two
+browser contexts; then the campaign's masks are exported as COCO RLE that pycocotools decodes back to the
+stored masks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pycocotools import mask as coco_mask
+
+from collector.models import CorrectiveClick, CorrectiveItem, Session
+from exports.corrective import corrective_export, read_mask
+from tests.factories import make_dataset, make_study
+from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
+
+from .driver import DESKTOP, PHONE, entry_url, open_player
+
+pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+
+UPDATE_TIMEOUT_MS = 90_000
+
+
+@pytest.fixture
+def models_worker(player_settings, exclusive_broker):
+    """A worker of the test's own on the models queue, started after the media root is the test's."""
+    purge_queues()
+    process = CeleryWorkerProcess(queues="models")
+    process.start()
+    yield process
+    process.stop()
+    purge_queues()
+
+
+def _wait_clicking(page, *, round_number: int, index: int) -> dict:
+    page.wait_for_function(
+        "([round, index]) => { const c = window.clicklabCorrective; return c && c.index === index && c.item"
+        " && c.item.state === 'clicking' && c.item.round === round && c.frame.w > 1; }",
+        arg=[round_number, index],
+        timeout=UPDATE_TIMEOUT_MS,
+        polling=100,
+    )
+    return page.evaluate(
+        "() => ({frame: window.clicklabCorrective.frame, item: window.clicklabCorrective.item})"
+    )
+
+
+def _client_point(page, view: dict, x: float, y: float) -> tuple[float, float]:
+    """Client px of canonical pixel (x, y) of the current picture."""
+    rect = page.evaluate(
+        "() => { const r = document.getElementById('canvas').getBoundingClientRect(); return {l: r.left, t: r.top}; }"
+    )
+    frame, item = view["frame"], view["item"]
+    return rect["l"] + frame["x"] + x * frame["w"] / item["width"], rect["t"] + frame["y"] + y * frame[
+        "h"
+    ] / item["height"]
+
+
+def _centre(view: dict) -> tuple[float, float]:
+    x0, y0, x1, y1 = view["item"]["box"]
+    return (x0 + x1) / 2 + 0.5, (y0 + y1) / 2 + 0.5
+
+
+def _budget(page) -> str:
+    return page.locator("#budget").inner_text()
+
+
+def _wait_code(page) -> str:
+    page.wait_for_selector("#completion-code:not(:empty)", timeout=UPDATE_TIMEOUT_MS)
+    return page.locator("#completion-code").inner_text()
+
+
+def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_back(
+    chromium, player_server, models_worker, tmp_path
+):
+    dataset = make_dataset(tmp_path, n_images=2, size=(160, 120))
+    study = make_study(dataset, publish=True, kind="corrective", batch_size=2, quota_pc=1, quota_mobile=1)
+    assert (study.corrective_rounds, study.corrective_clicks_per_round) == (3, 4)
+
+    # --- desktop: mouse ------------------------------------------------------------------------------
+    desk = chromium.new_context(**DESKTOP)
+    page = desk.new_page()
+    open_player(page, entry_url(player_server.url, study, "pc"))
+    page.click("#start-button")
+    view = _wait_clicking(page, round_number=1, index=0)
+    assert "Round 1 of 3" in _budget(page) and "0 / 4" in _budget(page)
+    cx, cy = _centre(view)
+    page.mouse.click(*_client_point(page, view, cx, cy))  # left: positive
+    page.mouse.click(*_client_point(page, view, 3, 3), button="right")  # right: negative
+    page.wait_for_function("() => document.getElementById('budget').textContent.includes('2 / 4')")
+    page.click("#undo-button")
+    page.wait_for_function("() => window.clicklabCorrective.pending === 0", timeout=30_000)
+    assert "1 / 4" in _budget(page)
+    page.click("#submit-button")
+    view = _wait_clicking(page, round_number=2, index=0)
+    page.mouse.click(*_client_point(page, view, cx - 10, cy))
+    page.wait_for_function("() => window.clicklabCorrective.pending === 0", timeout=30_000)
+    page.reload()  # a reload mid-round resumes where the worker was, with the round's click
+    view = _wait_clicking(page, round_number=2, index=0)
+    assert "Round 2 of 3" in _budget(page) and "1 / 4" in _budget(page)
+    page.click("#hide-button")
+    assert page.locator("#hide-button").get_attribute("aria-pressed") == "true"
+    page.click("#submit-button")
+    view = _wait_clicking(page, round_number=3, index=0)
+    page.mouse.click(*_client_point(page, view, cx + 10, cy))
+    page.click("#submit-button")  # the last round: the item is done once its update is stored
+    _wait_clicking(page, round_number=1, index=1)
+    page.click("#skip-button")  # "mask is fine"
+    desk_code = _wait_code(page)
+
+    # --- phone: touch with the two-state toggle ---------------------------------------------------------
+    phone = chromium.new_context(**PHONE)
+    tap = phone.new_page()
+    open_player(tap, entry_url(player_server.url, study, "mobile"))
+    tap.tap("#start-button")
+    view = _wait_clicking(tap, round_number=1, index=0)
+    pcx, pcy = _centre(view)
+    tap.touchscreen.tap(*_client_point(tap, view, pcx, pcy))  # the toggle starts on "+"
+    tap.tap("#sign-toggle")
+    assert tap.locator("#sign-toggle").get_attribute("data-positive") == "false"
+    tap.touchscreen.tap(*_client_point(tap, view, 4, 4))
+    tap.wait_for_function("() => document.getElementById('budget').textContent.includes('2 / 4')")
+    tap.tap("#done-button")  # done with two clicks pending: applied, then the item ends
+    _wait_clicking(tap, round_number=1, index=1)
+    tap.tap("#skip-button")
+    phone_code = _wait_code(tap)
+    assert phone_code != desk_code
+
+    # --- what the server holds ---------------------------------------------------------------------------
+    sessions = {s.device: s for s in Session.objects.filter(study=study)}
+    assert {d: (s.status, s.validity) for d, s in sessions.items()} == {
+        "pc": ("finished", "counted"),
+        "mobile": ("finished", "counted"),
+    }
+    desk_items = list(CorrectiveItem.objects.filter(session=sessions["pc"]).order_by("position"))
+    assert [(i.state, i.current_mask.round) for i in desk_items] == [("done", 3), ("skipped", 0)]
+    assert [m.round for m in desk_items[0].masks.order_by("round")] == [0, 1, 2, 3]
+    clicks = list(CorrectiveClick.objects.filter(item=desk_items[0]).order_by("round", "order"))
+    assert [(c.round, c.is_positive, c.undone, c.pointer_type) for c in clicks] == [
+        (1, True, False, "mouse"),
+        (1, False, True, "mouse"),
+        (2, True, False, "mouse"),
+        (3, True, False, "mouse"),
+    ]
+    assert abs(clicks[0].x - cx) < 1.5 and abs(clicks[0].y - cy) < 1.5  # lands on the canonical pixel
+    assert abs(clicks[1].x - 3) < 1.5 and abs(clicks[1].y - 3) < 1.5
+    assert all(c.item_ms is not None and c.item_ms >= 0 for c in clicks) and desk_items[0].active_ms > 0
+    phone_items = list(CorrectiveItem.objects.filter(session=sessions["mobile"]).order_by("position"))
+    assert [(i.state, i.current_mask.round) for i in phone_items] == [("done", 1), ("skipped", 0)]
+    phone_clicks = CorrectiveClick.objects.filter(item=phone_items[0]).order_by("order")
+    assert [(c.is_positive, c.pointer_type) for c in phone_clicks] == [(True, "touch"), (False, "touch")]
+
+    # --- the export: COCO RLE that pycocotools decodes back to the stored masks ------------------------
+    result = corrective_export(study_id=study.pk, out_dir=tmp_path / "export")
+    coco = json.loads((tmp_path / "export" / "masks.json").read_text())
+    assert result.annotations == 4
+    for annotation in coco["annotations"]:
+        item = CorrectiveItem.objects.select_related("current_mask").get(pk=annotation["clicklab"]["item_id"])
+        segmentation = annotation["segmentation"]
+        decoded = coco_mask.decode({"size": segmentation["size"], "counts": segmentation["counts"].encode()})
+        assert np.array_equal(decoded.astype(bool), read_mask(item.current_mask.file.name))

@@ -1,0 +1,138 @@
+"""The study form's rules (collector.services.study_rules), one test per rule, through the real form and
+the researcher API: a clear message on the field at fault, and nothing created."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from rest_framework.test import APIClient
+
+from collector.models import Study
+from collector.researcher.forms import StudyForm
+from collector.services.datasets import dataset_import
+from tests.factories import draw_dataset_folder
+
+pytestmark = pytest.mark.django_db
+
+
+def _valid(dataset, **changes) -> dict:
+    data = {
+        "name": "rules", "dataset": dataset.pk, "display_mode": "Object_CutOut", "image_ms": 1500,
+        "target_ms": 2000, "text_ms": 2500, "blocked_ms": 1500, "batch_size": 3, "quota_pc": 5, "quota_mobile": 5,
+        "radius_fraction": 0.01, "min_valid_per_session": 2, "min_reaction_ms": 150, "session_timeout_s": 1800,
+        "platform": "link", "reward_per_batch": "0.05", "currency": "USD",
+    }  # fmt: skip
+    data.update(changes)
+    return data
+
+
+def _errors(dataset, **changes) -> dict[str, list[str]]:
+    form = StudyForm(_valid(dataset, **changes))
+    assert not form.is_valid()
+    return form.errors
+
+
+def test_the_valid_settings_pass(dataset):
+    form = StudyForm(_valid(dataset))
+    assert form.is_valid(), form.errors
+
+
+def test_batch_size_cannot_exceed_the_images(dataset):
+    errors = _errors(dataset, batch_size=10)
+    assert list(errors) == ["batch_size"]
+    (message,) = errors["batch_size"]
+    assert "Trials per batch: 10 is more than the 3 image(s)" in message and "use 3 or fewer" in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "label"),
+    [
+        ("image_ms", 0, "Phase A: image: 0 ms"),
+        ("target_ms", 50, "Phase B: target: 50 ms"),
+        ("text_ms", 60000, "Phase B in Text Description mode: 60000 ms"),
+        ("blocked_ms", 10001, "Phase C: image, clicking blocked: 10001 ms"),
+    ],
+)
+def test_phase_durations_are_in_range(dataset, field, value, label):
+    errors = _errors(dataset, **{field: value})
+    assert list(errors) == [field]
+    assert label in errors[field][0] and "100 to 10000 ms" in errors[field][0]
+
+
+def test_text_description_needs_every_description(dataset, tmp_path):
+    errors = _errors(dataset, display_mode="Text_Description")
+    assert list(errors) == ["display_mode"]
+    assert "3 of 3 objects" in errors["display_mode"][0] and "descriptions.csv" in errors["display_mode"][0]
+
+    folder = draw_dataset_folder(tmp_path / "described", n_images=3)
+    with open(folder / "descriptions.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["image_stem", "object_stem", "description"])
+        writer.writerows(
+            [("img00", "", "the red ellipse"), ("img01", "", "the red ellipse")]
+        )  # img02 has none
+    partly = dataset_import(path=folder, layout="folder", name="described").dataset
+    errors = _errors(partly, display_mode="Text_Description")
+    assert "1 of 3 objects" in errors["display_mode"][0] and "img02" in errors["display_mode"][0]
+    with open(folder / "descriptions.csv", "a", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerow(("img02", "", "the red ellipse"))
+    described = dataset_import(path=folder, layout="folder", name="described in full").dataset
+    assert StudyForm(_valid(described, display_mode="Text_Description")).is_valid()
+
+
+@pytest.mark.parametrize(
+    ("needed", "text"), [(4, "4 valid clicks cannot be reached in a batch of 3"), (0, "use at least 1")]
+)
+def test_valid_clicks_a_batch_needs_are_reachable(dataset, needed, text):
+    errors = _errors(dataset, min_valid_per_session=needed)
+    assert list(errors) == ["min_valid_per_session"] and text in errors["min_valid_per_session"][0]
+
+
+def test_some_quota_is_needed(dataset):
+    errors = _errors(dataset, quota_pc=0, quota_mobile=0)
+    assert list(errors) == ["quota_pc"] and "collects nothing" in errors["quota_pc"][0]
+
+
+@pytest.mark.parametrize(("timeout", "text"), [(30, "allow at least 45 s"), (100_000, "more than a day")])
+def test_session_timeout_fits_a_batch(dataset, timeout, text):
+    # 3 trials × (1.5 + 2 + 1.5 s of phases + 10 s to load and click) = 45 s
+    errors = _errors(dataset, session_timeout_s=timeout)
+    assert list(errors) == ["session_timeout_s"] and text in errors["session_timeout_s"][0]
+
+
+@pytest.mark.parametrize(
+    ("reward", "platform", "text"),
+    [("-0.01", "link", "is negative"), ("0", "toloka", "Toloka pays workers per batch")],
+)
+def test_reward_is_payable(dataset, reward, platform, text):
+    errors = _errors(dataset, reward_per_batch=reward, platform=platform)
+    assert list(errors) == ["reward_per_batch"] and text in errors["reward_per_batch"][0]
+    assert StudyForm(_valid(dataset, reward_per_batch="0", platform="link")).is_valid()
+
+
+def test_currency_is_a_code(dataset):
+    errors = _errors(dataset, currency="us$")
+    assert list(errors) == ["currency"] and "three-letter code" in errors["currency"][0]
+
+
+def test_the_page_shows_the_message_by_the_field_and_creates_nothing(client, alice, dataset):
+    client.force_login(alice)
+    response = client.post("/researcher/studies/new/", _valid(dataset, batch_size=10, image_ms=0))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Trials per batch: 10 is more than the 3 image(s)" in page and "Phase A: image: 0 ms" in page
+    assert page.count('class="field has-error"') == 2
+    assert not Study.objects.filter(name="rules").exists()
+
+
+def test_the_api_runs_the_same_rules(alice, dataset):
+    client = APIClient()
+    client.force_authenticate(alice)
+    data = _valid(dataset)
+    response = client.post("/api/researcher/studies/", {**data, "batch_size": 10}, format="json")
+    assert response.status_code == 400 and "more than the 3 image(s)" in response.json()["batch_size"][0]
+    # a field the request leaves out takes the model default (batch_size 10), which the rules also judge
+    partial = {k: v for k, v in data.items() if k != "batch_size"}
+    assert "batch_size" in client.post("/api/researcher/studies/", partial, format="json").json()
+    assert client.post("/api/researcher/studies/", data, format="json").status_code == 201

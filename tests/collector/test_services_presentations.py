@@ -1,0 +1,164 @@
+"""Trial presentations (collector.services.presentations) and their endpoint
+``POST /api/annotator/<token>/presented``: a replayed trial is flagged and does not count; a batch
+finished elsewhere is refused; link-mode workers are recognised again (collector.services.link_workers)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core import signing
+from django.test import Client
+from django.utils import timezone
+
+from collector.models import Session, Trial, Worker
+from collector.services.link_workers import link_worker_cookie, link_worker_cookie_name, link_worker_identify
+from collector.services.presentations import (
+    PresentationRefused,
+    session_work_check,
+    trial_presented_record,
+    trial_server_flags,
+)
+from collector.services.sessions import click_record, session_finish, session_start
+from collector.services.tokens import session_token_make
+from collector.services.validation import session_validate
+from tests.factories import make_rect_dataset, make_study, make_worker, present_trials
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def session(tmp_path, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    study = make_study(
+        make_rect_dataset(tmp_path, n_images=4), publish=True, batch_size=4, min_valid_per_session=3
+    )
+    return session_start(study=study, worker=make_worker(), device="pc")
+
+
+def _post(session, body) -> tuple[int, dict]:
+    response = Client().post(
+        f"/api/annotator/{session_token_make(session_id=session.pk)}/presented",
+        data=json.dumps(body),
+        content_type="application/json",
+    )
+    return response.status_code, response.json()
+
+
+def _click(session, position: int, *, flags=None) -> None:
+    # The trial was presented (now, by _post, or 30 s ago by present_trials) long enough ago for phase D.
+    trial = Trial.objects.get(session=session, position=position)
+    if trial.presentations:
+        at = (timezone.now() - timedelta(seconds=30)).isoformat()
+        Trial.objects.filter(pk=trial.pk).update(presentations=[{**e, "at": at} for e in trial.presentations])
+    else:
+        present_trials(session, positions=[position])
+    # inside the rectangle of make_rect_dataset (x 150-249, y 100-199)
+    click_record(
+        session=session, position=position, idempotency_key=f"k-{session.pk}-{position}", x=200.5, y=150.5,
+        shown_width=400.0, shown_height=300.0, pointer_type="mouse", reaction_ms=500.0, flags=flags,
+    )  # fmt: skip
+
+
+def test_first_showing_is_clean_and_a_retry_of_the_same_report_counts_once(session):
+    assert _post(session, {"position": 0, "presentation_id": "p-1"}) == (
+        200,
+        {"ok": True, "position": 0, "presentations": 1, "replayed": False},
+    )
+    assert _post(session, {"position": 0, "presentation_id": "p-1"})[1]["presentations"] == 1
+    trial = Trial.objects.get(session=session, position=0)
+    assert trial.flags == [] and trial_server_flags(trial=trial) == []
+
+
+def test_a_reload_mid_trial_flags_the_replay_and_the_click_does_not_count(session):
+    """Phase B of trial 0 was on screen, the page reloaded, the player shows trial 0 again."""
+    _post(session, {"position": 0, "presentation_id": "before-reload"})
+    status, body = _post(session, {"position": 0, "presentation_id": "after-reload"})
+    assert (status, body["presentations"], body["replayed"]) == (200, 2, True)
+    trial = Trial.objects.get(session=session, position=0)
+    assert trial.flags == ["replayed"] and trial_server_flags(trial=trial) == ["replayed"]
+    # The click path keeps the server's flags with the client's, and the validation judges the trial.
+    _click(session, 0, flags=["focus_lost"])
+    assert Trial.objects.get(pk=trial.pk).flags == ["focus_lost", "replayed"]
+    for position in (1, 2, 3):
+        _post(session, {"position": position, "presentation_id": f"p-{position}"})
+        _click(session, position)
+    session_finish(session_id=session.pk)
+    validated = session_validate(session_id=session.pk)
+    replayed_click = Trial.objects.get(session=session, position=0).click
+    assert (replayed_click.is_valid, replayed_click.invalid_reason) == (False, "trial_flagged")
+    assert validated.valid_clicks == 3
+
+
+def test_a_second_tab_cannot_replay_a_finished_batch(session):
+    for position in range(4):
+        _click(session, position)
+    session_finish(session_id=session.pk)
+    status, body = _post(session, {"position": 2, "presentation_id": "tab-2"})
+    assert (status, body["reason"], body["position"]) == (409, "session_finished", 2)
+    assert "already finished" in body["error"]
+    with pytest.raises(PresentationRefused) as refused:
+        session_work_check(session=Session.objects.get(pk=session.pk))
+    assert refused.value.reason == "session_finished"
+    assert "tab-2" not in [
+        entry["id"] for entry in Trial.objects.get(session=session, position=2).presentations
+    ]
+
+
+def test_a_trial_clicked_in_another_tab_is_refused(session):
+    _post(session, {"position": 1, "presentation_id": "tab-1"})
+    _click(session, 1)
+    status, body = _post(session, {"position": 1, "presentation_id": "tab-2"})
+    assert (status, body["reason"]) == (409, "trial_done")
+
+
+def test_an_expired_batch_is_refused(session):
+    Session.objects.filter(pk=session.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert _post(session, {"position": 0, "presentation_id": "late"})[1]["reason"] == "session_expired"
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ({"position": "0", "presentation_id": "x"}, "position='0' must be an integer"),
+        ({"position": 9, "presentation_id": "x"}, "no trial at position 9"),
+        (
+            {"position": 0, "presentation_id": ""},
+            "presentation_id='' is refused: This field may not be blank.",
+        ),
+        ({"position": 0, "presentation_id": "x" * 65}, "must be 1-64 letters"),
+    ],
+)
+def test_malformed_reports_name_the_field(session, body, text):
+    status, answer = _post(session, body)
+    assert status == 400 and text in answer["error"]
+
+
+def test_a_forged_token_is_404(session):
+    response = Client().post("/api/annotator/forged/presented", data="{}", content_type="application/json")
+    assert response.status_code == 404
+
+
+def test_presentations_are_bounded(session):
+    for index in range(30):
+        trial_presented_record(session=session, position=3, presentation_id=f"p{index}")
+    assert len(Trial.objects.get(session=session, position=3).presentations) == 20
+
+
+def test_a_link_worker_is_recognised_on_the_next_visit_of_the_same_study():
+    first, signed = link_worker_identify(study_id=7, signed_id="")
+    assert first.platform == "link" and first.external_id.startswith("link-")
+    again, signed_again = link_worker_identify(study_id=7, signed_id=signed)
+    assert (again.pk, signed_again) == (first.pk, signed)
+    other_study, _ = link_worker_identify(study_id=8, signed_id=signed)  # scoped to the study
+    forged = signed[:-2] + ("AA" if not signed.endswith("AA") else "BB")
+    forged_worker, _ = link_worker_identify(study_id=7, signed_id=forged)
+    assert len({first.pk, other_study.pk, forged_worker.pk}) == 3
+    assert Worker.objects.filter(platform="link").count() == 3
+    assert signing.loads(signed, salt="clicklab.link.worker.v1") == {"study": 7, "w": first.external_id}
+    cookie = link_worker_cookie(study_id=7, secure=True)
+    assert cookie == {
+        "key": link_worker_cookie_name(study_id=7), "max_age": 365 * 24 * 3600, "path": "/s/", "secure": True,
+        "httponly": True, "samesite": "Lax",
+    }  # fmt: skip

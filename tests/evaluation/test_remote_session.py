@@ -1,0 +1,99 @@
+"""The remote ClickSession against the evaluation server gives the local session's report and summary,
+and no response of a whole run carries ground-truth pixels."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmark.datasets import open_dataset
+from benchmark.maskcodec import encode_png, encode_rle, rle_counts
+
+from .conftest import run_script
+
+pytestmark = [pytest.mark.dataset, pytest.mark.django_db]
+VOLATILE = ["timing_s", "session_id"]
+
+
+def assert_same(local, remote):
+    (l_report, l_summary, l_results), (r_report, r_summary, r_results) = local, remote
+    assert len(l_report) == 9 and set(l_report["sample_id"]) == {"106024", "227092", "teddy"}
+    pd.testing.assert_frame_equal(l_report.drop(columns=VOLATILE), r_report.drop(columns=VOLATILE))
+    assert (r_report["session_id"] == r_summary["session_id"]).all()
+    for summary in (l_summary, r_summary):
+        summary.pop("session_id"), summary.pop("seconds_per_click")
+    assert json.dumps(l_summary, sort_keys=True) == json.dumps(r_summary, sort_keys=True)
+    assert [(r.status, r.iou, r.round, r.clicks) for r in l_results] == [
+        (r.status, r.iou, r.round, r.clicks) for r in r_results
+    ]
+
+
+class Recording(httpx.BaseTransport):
+    def __init__(self, inner):
+        self.inner, self.bodies = inner, []
+
+    def handle_request(self, request):
+        response = self.inner.handle_request(request)
+        response.read()
+        self.bodies.append(response.content)
+        return response
+
+
+def test_same_script_local_and_remote_and_no_ground_truth_in_any_response(
+    grabcut3, eval_dataset, eval_key, wsgi_transport, fast_predictor
+):
+    local_ds = open_dataset(grabcut3, "grabcut")
+    local = run_script(fast_predictor, dataset=local_ds)
+    recording = Recording(wsgi_transport)
+    remote = run_script(
+        fast_predictor, dataset=local_ds, host="http://testserver", key=eval_key, transport=recording
+    )
+    assert_same(local, remote)
+
+    # Every response of the run (create, next, 9 submits carrying the next interaction, 3 images, summary,
+    # report) against every GT encoding.
+    assert len(recording.bodies) >= 15
+    needles = []
+    for sample in local_ds.samples:
+        gt, _ = sample.load_masks()
+        png = encode_png(gt)
+        rle = encode_rle(gt)["counts"]
+        needles += [
+            png[40:200],
+            base64.b64encode(png)[60:200],
+            rle[:80].encode(),
+            json.dumps(rle_counts(gt)[:12])[1:-1].encode(),
+        ]
+        needles.append(np.packbits(gt).tobytes()[len(gt) // 2 : len(gt) // 2 + 64])
+    for body in recording.bodies:
+        for needle in needles:
+            assert needle not in body, "a response carries ground truth"
+
+
+@pytest.mark.celery
+@pytest.mark.one_backend
+@pytest.mark.django_db(transaction=True)
+def test_same_script_against_a_live_server_scoring_in_a_real_celery_worker(
+    grabcut3, eval_dataset, eval_key, fast_predictor, live_server, celery_worker, settings
+):
+    from evaluation.models import EvaluationRun
+
+    settings.EVAL_INLINE_MAX_PIXELS = 0  # every submission goes to the worker; the client polls
+    local_ds = open_dataset(grabcut3, "grabcut")
+    local = run_script(fast_predictor, dataset=local_ds)
+    remote = run_script(
+        fast_predictor,
+        dataset=local_ds,
+        host=live_server.url,
+        key=eval_key,
+        method="embedded",
+        poll_timeout_s=120,
+    )
+    assert_same(local, remote)
+    run = EvaluationRun.objects.get()
+    assert run.state == "finished" and run.scored_async == 9, celery_worker.log()[-3000:]
