@@ -9,7 +9,8 @@ connection set-up that Chromium's emulation does not model; and the bytes receiv
 
 Ours: the link as workers get it. The entry POST answers with the player page itself; START is enabled
 once the first trial's pictures are decoded (the batch streams in one response, the rest arrive while
-trial 1 runs). Baseline in the same run, same study, same server: the behaviour before issue 14, reached
+trial 1 runs). Baseline in the same run, same study, same server and the same ten pictures (it resumes the
+batch of the run before it, alternating which goes first): the behaviour before issue 14, reached
 through the same code (``?then=redirect&load=all``): the POST redirects to the player page, and START
 waits for every picture of the batch. Static files are served as in production by default
 (``collectstatic`` + WhiteNoise, compressed); ``--static development`` serves them as ``make demo`` does.
@@ -42,10 +43,14 @@ SLOW_NETWORK = {
 LINK_CLOCK = "try { sessionStorage.getItem('t0') || sessionStorage.setItem('t0', String(performance.timeOrigin)); } catch (e) {}"
 
 
-def measure(browser, url: str) -> tuple[float, int, float]:
-    """(ms from opening the link to START enabled, bytes received, ms from START enabled to the batch's
-    last picture arriving: > 0 when START came first) on the slow network, cold cache."""
+def measure(browser, url: str, cookies=()) -> tuple[tuple[float, int, float, list[float]], list]:
+    """((ms from opening the link to START enabled, bytes received, ms from START enabled to the batch's
+    last picture arriving: > 0 when START came first, [ms from the link to the player page's first byte,
+    to the first trial's pictures decoded, to the refresh interval measured]), the context's cookies) on
+    the slow network, cold cache. ``cookies``: the link worker's cookie of an earlier run, so the server
+    resumes that worker's batch: both players are then timed on the same ten pictures."""
     context = browser.new_context(**DESKTOP)
+    context.add_cookies(list(cookies))
     context.add_init_script(LINK_CLOCK)
     page = context.new_page()
     cdp = context.new_cdp_session(page)
@@ -59,6 +64,15 @@ def measure(browser, url: str) -> tuple[float, int, float]:
     since_link_ms = page.evaluate(
         "() => performance.timeOrigin + window.clicklabPlayer.startEnabledAt - Number(sessionStorage.getItem('t0'))"
     )
+    # What START waited for, each from the link (ms): the player page's first byte, the first trial's
+    # pictures decoded, the refresh interval measured.
+    steps = page.evaluate(
+        """() => {
+            const origin = performance.timeOrigin - Number(sessionStorage.getItem('t0'));
+            const player = window.clicklabPlayer, nav = performance.getEntriesByType('navigation')[0];
+            return [nav.responseStart, player.firstTrialReadyAt, player.refreshReadyAt].map((t) => origin + t);
+        }"""
+    )
     # The rest of the batch keeps arriving after START: wait for the bundle to end, then compare.
     page.wait_for_function(
         "() => performance.getEntriesByType('resource').some((e) => e.name.endsWith('.bin') && e.responseEnd > 0)",
@@ -68,10 +82,12 @@ def measure(browser, url: str) -> tuple[float, int, float]:
         "() => performance.getEntriesByType('resource').find((e) => e.name.endsWith('.bin')).responseEnd"
         " - window.clicklabPlayer.startEnabledAt"
     )
+    cookies = context.cookies()
     context.close()
     # Chromium's emulation delays each request by the latency but models no TCP connection set-up, which a
     # real page open pays once before its first request: charge one round trip for it.
-    return float(since_link_ms) + SLOW_NETWORK["latency"], int(sum(received)), float(lead_ms)
+    rtt = SLOW_NETWORK["latency"]
+    return (float(since_link_ms) + rtt, int(sum(received)), float(lead_ms), [t + rtt for t in steps]), cookies
 
 
 def _warm_up(browser, base_url: str, study) -> None:
@@ -106,16 +122,25 @@ def main() -> None:
         ours, before = [], []
         _warm_up(browser, base_url, study)
         for run in range(args.runs):
-            ours.append(measure(browser, link))
-            before.append(measure(browser, f"{link}?then=redirect&load=all"))
+            # Both on the same batch (the second resumes the first's), first one then the other first.
+            baseline = f"{link}?then=redirect&load=all"
+            if run % 2 == 0:
+                result, cookies = measure(browser, link)
+                ours.append(result)
+                before.append(measure(browser, baseline, cookies)[0])
+            else:
+                result, cookies = measure(browser, baseline)
+                before.append(result)
+                ours.append(measure(browser, link, cookies)[0])
             print(
                 f"run {run + 1}: ours {ours[-1][0] / 1000:.2f} s ({ours[-1][1] / 1024:.0f} KiB by START+rest; "
-                f"START {ours[-1][2]:.0f} ms before the last picture), before {before[-1][0] / 1000:.2f} s "
-                f"({before[-1][1] / 1024:.0f} KiB)"
+                f"START {ours[-1][2]:.0f} ms before the last picture; player page's first byte "
+                f"{ours[-1][3][0]:.0f} ms, first trial decoded {ours[-1][3][1]:.0f} ms, refresh measured "
+                f"{ours[-1][3][2]:.0f} ms), before {before[-1][0] / 1000:.2f} s ({before[-1][1] / 1024:.0f} KiB)"
             )
-        ours_s = statistics.median(ms for ms, _, _ in ours) / 1000
-        before_s = statistics.median(ms for ms, _, _ in before) / 1000
-        worst_s = max(ms for ms, _, _ in ours) / 1000
+        ours_s = statistics.median(run[0] for run in ours) / 1000
+        before_s = statistics.median(run[0] for run in before) / 1000
+        worst_s = max(run[0] for run in ours) / 1000
         print(
             f"study link -> START enabled, 10 trials, 1.6 Mbit/s + 150 ms RTT, {args.static} static, median of "
             f"{args.runs}: ours {ours_s:.2f} s (slowest {worst_s:.2f} s), before issue 14 (redirect + load "

@@ -28,6 +28,10 @@ const payload = JSON.parse(document.getElementById("player-payload").textContent
 const PREVIEW = payload.mode === "preview";
 // ``?load=all``: START only once every picture is decoded (the behaviour before issue 14; a baseline).
 const LOAD_ALL = new URLSearchParams(window.location.search).get("load") === "all";
+// Frame intervals known before START: the median of 30 ignores up to 14 dropped or doubled frames, and the
+// estimate keeps being refined on every frame of every trial. The study link's entry page measures too
+// (templates/annotation_ui/entry.html), so most of these are in before the player page arrives.
+const REFRESH_INTERVALS = 30;
 const $ = (id) => document.getElementById(id);
 const durations = { A: payload.study.image_ms, B: payload.study.target_ms, C: payload.study.blocked_ms };
 const meter = new RefreshMeter();
@@ -137,6 +141,7 @@ const coarse = window.matchMedia("(pointer: coarse)").matches;
 // Exposed for tests and benchmarks (read-only use).
 const api = window.clicklabPlayer = {
   phase: "", position: null, startEnabledAt: null, results: [], finished: false,
+  firstTrialReadyAt: null, refreshReadyAt: null, // what START waited for, for bench/bench_player_loading.py
   refreshHz: () => meter.hz(),
   geometry: { fitSize, toCanonical },
 };
@@ -513,7 +518,10 @@ function boot() {
   loadAll(onBytes).catch(failLoading);
   queue.forEach((trial) => assets[trial.position].promise.catch(failLoading));
   const needed = LOAD_ALL ? queue : queue.slice(0, 1);
-  Promise.all([...needed.map((trial) => assets[trial.position].promise), measureRefresh(60)]).then(() => {
+  Promise.all(needed.map((trial) => assets[trial.position].promise))
+    .then(() => { api.firstTrialReadyAt = performance.now(); }, () => {});
+  const refreshed = measureRefresh(REFRESH_INTERVALS).then((hz) => { api.refreshReadyAt = performance.now(); return hz; });
+  Promise.all([...needed.map((trial) => assets[trial.position].promise), refreshed]).then(() => {
     if (!PREVIEW) { reportClient(); }
     $("loading-text").textContent = gettext("Ready. The other images load while you work.");
     $("start-button").disabled = false;
