@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import pandas as pd
@@ -60,7 +59,3 @@ def group_run_statistics(group_run: EvaluationRun, base_run: EvaluationRun | Non
         return {**session_statistics(values, base), "base_run": str(base_run.pk)}
     except ValueError as exc:
         return {**session_statistics(values), "note": f"ΔSB: {exc}"}
-
-
-def finite(value) -> float | None:
-    return value if isinstance(value, int | float) and math.isfinite(value) else None

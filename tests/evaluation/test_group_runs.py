@@ -77,7 +77,8 @@ def test_group_runs_served_remotely_give_the_local_sessions_report_and_summary(
 
     def embedded_script(**where):  # the user's script, the same locally and against the server
         cv2.setRNGSeed(0)  # OpenCV's GrabCut draws from OpenCV's global RNG: the same draws both times
-        with ClickSession(**GROUP, shuffle=True, **where) as sess:
+        # the saliency click model reads the image: the server's decoded image must be the local loader's
+        with ClickSession(**{**GROUP, "click_model": "sm"}, shuffle=True, **where) as sess:
             embedding = None
             while sess.next():
                 sample, clicks, is_new = sess.get_clicks()
@@ -97,13 +98,13 @@ def test_group_runs_served_remotely_give_the_local_sessions_report_and_summary(
         for group in summary["groups"].values():
             group.pop("seconds_per_click")
     assert json.dumps(local_summary, sort_keys=True) == json.dumps(remote_summary, sort_keys=True)
-    assert remote_summary["click_model"] == "dt" and remote_summary["group_bounds"] == [
+    assert remote_summary["click_model"] == "sm" and remote_summary["group_bounds"] == [
         list(b) for b in BOUNDS
     ]
     assert {"delta_gr_noc90", "delta_hh_noc90", "sample_noc90"} <= set(remote_summary["statistics"])
 
     run = EvaluationRun.objects.get()
-    assert run.state == "finished" and run.click_model == "dt", celery_worker.log()[-3000:]
+    assert run.state == "finished" and run.click_model == "sm", celery_worker.log()[-3000:]
     assert run.scored_async == 32  # every map and click of the run was computed in the worker
 
 
