@@ -262,6 +262,14 @@ class BaselineClicker:
     def start(self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray) -> None:
         self._state.begin(image=image, gt=gt, ignore=ignore)
 
+    def restore(
+        self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray, clicks: Sequence[Click]
+    ) -> None:
+        """``start``, then the state after ``clicks`` were given: the pixels clicked so far are its whole state."""
+        self.start(image=image, gt=gt, ignore=ignore)
+        for click in clicks:
+            self._state.mark(click)
+
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
         state = self._state
         state.require("BaselineClicker")
@@ -313,6 +321,19 @@ class GroupClicker:
     def start(self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray) -> None:
         self._state.begin(image=image, gt=gt, ignore=ignore)
         self._round = 0
+
+    def restore(
+        self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray, clicks: Sequence[Click]
+    ) -> None:
+        """``start``, then the state after the rounds that gave ``clicks`` (one click per round).
+
+        With ``rng`` in the state it had after those rounds, the next ``next_clicks`` draws what an
+        uninterrupted clicker would: the evaluation server stores the clicks and the stream's state.
+        """
+        self.start(image=image, gt=gt, ignore=ignore)
+        for click in clicks:
+            self._state.mark(click)
+        self._round = len(clicks)
 
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
         state = self._state

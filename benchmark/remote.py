@@ -69,6 +69,9 @@ class RemoteClickSession:
       host: server base URL; key: the evaluation key (``EvalKey``) shown once in the researcher area.
       dataset: the server's dataset name (or a local :class:`Dataset`, whose name is used).
       method: the name the run appears under on the leaderboard.
+      click_model, group_bounds: with ``clicker="group"``, the server's click model by name (``dt`` by
+        default, ``uniform``/``ud``, ``sm``, ``si``) and the clicking groups (default G1..G10); the same
+        arguments give the local session the same clicks (``map_fn`` is local-only).
       mask_format: ``"png"`` (default) or ``"rle"`` (COCO RLE).
       resume: a run id to continue (after a crash); the run's server-side state is authoritative.
       progress: show a tqdm progress bar over samples.
@@ -92,6 +95,8 @@ class RemoteClickSession:
         seed: int = 0,
         shuffle: bool = False,
         report_save_dir: Path | None = None,
+        click_model: str | None = None,
+        group_bounds=None,
         method: str = "",
         mask_format: str = "png",
         resume: str | None = None,
@@ -110,8 +115,13 @@ class RemoteClickSession:
             )
         unsupported = {name for name, value in local_only.items() if value is not None}
         if unsupported:
+            hint = (
+                " (for clicker='group' pass click_model='dt', 'uniform', 'sm' or 'si')"
+                if "map_fn" in unsupported
+                else ""
+            )
             raise ValueError(
-                f"{sorted(unsupported)} are local-only arguments: the server computes the clicks; remove them."
+                f"{sorted(unsupported)} are local-only arguments: the server computes the clicks; remove them{hint}."
             )
         if mask_format not in ("png", "rle"):
             raise ValueError(f"mask_format={mask_format!r}: use 'png' or 'rle'.")
@@ -122,6 +132,11 @@ class RemoteClickSession:
             "max_time_s": max_time_s, "threshold": float(threshold), "target_ious": [float(t) for t in target_ious],
             "stop_at_target": bool(stop_at_target), "seed": int(seed), "shuffle": bool(shuffle), "method": method,
         }  # fmt: skip
+        if clicker == "group":  # the other clickers ignore them, as the local session does
+            if click_model is not None:
+                self.config["click_model"] = str(click_model)
+            if group_bounds is not None:
+                self.config["group_bounds"] = [[float(low), float(high)] for low, high in group_bounds]
         self.threshold, self.mask_format = float(threshold), mask_format
         self.report_save_dir = Path(report_save_dir) if report_save_dir else None
         self.retries, self.progress, self.poll_timeout_s = retries, progress, poll_timeout_s

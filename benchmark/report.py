@@ -129,6 +129,119 @@ def summarize(
     return row
 
 
+def iou_series(frame: pd.DataFrame, max_clicks: int) -> list[tuple[str, str, np.ndarray]]:
+    """(sample_id, group, IoU after clicks 1..max_clicks) per trajectory of a ClickSession report.
+
+    In first-seen order; the last accepted IoU is carried forward over clicks the trajectory did not
+    reach (stopped early or timed out; 0 before any), as the session summary's curves do.
+    """
+    series = []
+    for (sample, group), rows in frame.groupby(["sample_id", "group"], sort=False):
+        values = np.zeros(max_clicks)
+        last = 0.0
+        by_click = dict(zip(rows["click_index"], rows["iou"]))
+        for index in range(1, max_clicks + 1):
+            current = by_click.get(index, np.nan)
+            if not np.isnan(current):
+                last = current
+            values[index - 1] = last
+        series.append((str(sample), str(group), values))
+    return series
+
+
+def _group_order(name: str) -> tuple:
+    digits = name.lstrip("G")
+    return (0, int(digits), name) if name.startswith("G") and digits.isdigit() else (1, 0, name)
+
+
+def session_values(
+    frame: pd.DataFrame, *, max_clicks: int, thresholds: Sequence[float] = REPORT_THRESHOLDS
+) -> dict:
+    """Per-instance, per-group NoC and IoU-AuC of a ClickSession report (baseline or group clicker).
+
+    Returns plain lists (JSON-ready): ``sample_ids`` (sorted), ``groups`` (G1, G2, ... G10 in number
+    order; ``["base"]`` for the baseline), ``noc`` = {"85": (I, G), "90": (I, G)}, ``auc`` (I, G) and
+    ``max_clicks``. A trajectory missing from the report is NaN. NoC and AuC are computed on the carried-
+    forward series with :func:`benchmark.metrics.noc` / ``iou_auc``, as the session summary computes them.
+    """
+    series = iou_series(frame, max_clicks)
+    samples = sorted({sample for sample, _, _ in series})
+    groups = sorted({group for _, group, _ in series}, key=_group_order)
+    row_of = {sample: i for i, sample in enumerate(samples)}
+    column_of = {group: j for j, group in enumerate(groups)}
+    tags = [f"{round(t * 100):d}" for t in thresholds]
+    nocs = {tag: np.full((len(samples), len(groups)), np.nan) for tag in tags}
+    aucs = np.full((len(samples), len(groups)), np.nan)
+    for sample, group, values in series:
+        i, j = row_of[sample], column_of[group]
+        for tag, threshold in zip(tags, thresholds):
+            nocs[tag][i, j] = noc(values, threshold, max_clicks=max_clicks)
+        aucs[i, j] = iou_auc(values)
+    return {
+        "sample_ids": samples,
+        "groups": groups,
+        "noc": {tag: values.tolist() for tag, values in nocs.items()},
+        "auc": aucs.tolist(),
+        "max_clicks": int(max_clicks),
+    }
+
+
+def session_statistics(groups: dict, base: dict | None = None) -> dict:
+    """Table-4 columns of a clicking-group session from :func:`session_values` (the same keys as
+    :func:`summarize`): for each threshold t, ``sample_noc{t}``, ``sample_noc{t}_std``,
+    ``delta_gr_noc{t}``, ``delta_hh_noc{t}`` (paired; even group counts only), ``sample_nof{t}``,
+    ``sample_nof{t}_std``, ``delta_gr_nof{t}``; ``sample_auc``, ``sample_auc_std``, ``delta_gr_auc``,
+    ``delta_hh_auc``, ``sample_nsr_auc``. With ``base`` (the baseline session's values on the same
+    instances) also ``base_noc{t}``, ``base_nof{t}``, ``delta_sb_noc{t}``, ``delta_sb_nof{t}``,
+    ``base_auc`` and ``delta_sb_auc``.
+
+    Raises ValueError when ``base`` covers other instances or another ``max_clicks``.
+    """
+    max_clicks = int(groups["max_clicks"])
+    row: dict = {"instances": len(groups["sample_ids"]), "groups": len(groups["groups"])}
+    if base is not None:
+        if list(base["sample_ids"]) != list(groups["sample_ids"]):
+            missing = sorted(set(groups["sample_ids"]) ^ set(base["sample_ids"]))[:5]
+            raise ValueError(
+                f"the baseline and the group session cover different instances (e.g. {missing})."
+            )
+        if int(base["max_clicks"]) != max_clicks:
+            raise ValueError(
+                f"the baseline session has max_clicks={base['max_clicks']}, the group session {max_clicks}."
+            )
+    for tag, values in groups["noc"].items():
+        group_noc = np.asarray(values, dtype=np.float64)  # (I, G)
+        row[f"sample_noc{tag}"] = stats.sample_mean(group_noc)
+        row[f"sample_noc{tag}_std"] = stats.sample_std(group_noc)
+        row[f"delta_gr_noc{tag}"] = stats.delta_gr_relative(group_noc)
+        if group_noc.shape[1] % 2 == 0:
+            row[f"delta_hh_noc{tag}"] = stats.delta_hh_paired_relative(group_noc)
+        base_noc = None
+        if base is not None and tag in base["noc"]:
+            base_noc = np.asarray(base["noc"][tag], dtype=np.float64)[:, 0]
+            row[f"base_noc{tag}"] = float(base_noc.mean())
+            row[f"base_nof{tag}"] = int(np.count_nonzero(base_noc >= max_clicks))
+        nof_per_group = np.count_nonzero(group_noc >= max_clicks, axis=0).astype(np.float64)  # (G,)
+        nof = stats.nof_statistics(nof_per_group, row.get(f"base_nof{tag}", 0))
+        row[f"sample_nof{tag}"], row[f"sample_nof{tag}_std"] = nof["sample"], nof["std"]
+        row[f"delta_gr_nof{tag}"] = nof["delta_gr"]
+        if base_noc is not None:
+            row[f"delta_sb_noc{tag}"] = stats.delta_sb_relative(group_noc, base_noc)
+            row[f"delta_sb_nof{tag}"] = nof["delta_sb"]
+    group_auc = np.asarray(groups["auc"], dtype=np.float64)
+    row["sample_auc"] = stats.sample_mean(group_auc)
+    row["sample_auc_std"] = stats.sample_std(group_auc)
+    row["delta_gr_auc"] = stats.delta_gr_absolute(group_auc)
+    if group_auc.shape[1] % 2 == 0:
+        row["delta_hh_auc"] = stats.delta_hh_paired_absolute(group_auc)
+    row["sample_nsr_auc"] = stats.sample_nsr(group_auc)
+    if base is not None:
+        base_auc = np.asarray(base["auc"], dtype=np.float64)[:, 0]
+        row["base_auc"] = float(base_auc.mean())
+        row["delta_sb_auc"] = stats.delta_sb_absolute(group_auc, base_auc)
+    return row
+
+
 TABLE_COLUMNS = (
     ("method", "Method"),
     ("dataset", "Dataset"),

@@ -50,6 +50,7 @@ from benchmark.clickers import (
 from benchmark.datasets import Dataset, Sample, SampleKey
 from benchmark.engine import trajectory_rng
 from benchmark.metrics import iou, iou_auc, miou_at, noc
+from benchmark.report import iou_series, session_statistics, session_values
 from segmenters.base import Click
 
 REPORT_COLUMNS = (
@@ -120,6 +121,9 @@ class ClickSession:
       stop_at_target: end a sample once IoU >= max(target_ious) (default: run all clicks so
         every mIoU@k is defined).
       map_fn, group_bounds: clickability map and groups for ``clicker="group"``.
+      click_model: instead of ``map_fn``, a click model by name (``uniform``/``ud``, ``dt``, ``sm``, ``si``)
+        or checkpoint path, loaded with :func:`benchmark.clickability.load_click_model`; the evaluation
+        server takes the same names (default there: ``dt``). The summary records the model's name.
       real_clicks: {SampleKey: (n, 2) float (x, y)} for ``clicker="replay"``.
       annotator_options: keyword arguments of :class:`~benchmark.clickers.AnnotatorSimulator`
         (``noise_sigma_px``, ``min_region_px``, ``mode``, ``clicks_per_round``).
@@ -146,6 +150,7 @@ class ClickSession:
         target_ious: Sequence[float] = (0.85, 0.90),
         stop_at_target: bool = False,
         map_fn: MapFn | None = None,
+        click_model: str | None = None,
         group_bounds: Sequence[tuple[float, float]] = DEFAULT_GROUP_BOUNDS,
         real_clicks: dict[SampleKey, np.ndarray] | None = None,
         annotator_options: dict | None = None,
@@ -157,8 +162,17 @@ class ClickSession:
     ) -> None:
         if clicker not in CLICKERS:
             raise ValueError(f"clicker={clicker!r} is unknown; use one of {CLICKERS}.")
+        if map_fn is not None and click_model is not None:
+            raise ValueError("Pass map_fn or click_model, not both.")
+        if clicker == "group" and map_fn is None and click_model is not None:
+            from benchmark.clickability import load_click_model
+
+            map_fn = load_click_model(click_model)
         if clicker == "group" and map_fn is None:
-            raise ValueError("clicker='group' needs map_fn=(image, gt, error) -> (H, W) clickability map.")
+            raise ValueError(
+                "clicker='group' needs click_model='dt' (or 'uniform', 'sm', 'si', a checkpoint) or "
+                "map_fn=(image, gt, error) -> (H, W) clickability map."
+            )
         if clicker == "replay" and real_clicks is None:
             raise ValueError("clicker='replay' needs real_clicks={SampleKey: (n, 2) array of (x, y)}.")
         if max_clicks < 1:
@@ -169,6 +183,7 @@ class ClickSession:
         self.clicker_name, self.max_clicks, self.max_time_s = clicker, int(max_clicks), max_time_s
         self.threshold, self.target_ious = float(threshold), tuple(float(t) for t in target_ious)
         self.stop_at_target, self.map_fn = stop_at_target, map_fn
+        self.click_model_name = _map_name(map_fn) if map_fn is not None else None
         self.group_bounds = tuple(tuple(b) for b in group_bounds)
         self.real_clicks = real_clicks or {}
         self.annotator_options = dict(annotator_options or {})
@@ -404,18 +419,7 @@ class ClickSession:
 
     def _series(self, frame: pd.DataFrame) -> list[np.ndarray]:
         """Per sample, the IoU after each click 1..max_clicks (carried forward)."""
-        series = []
-        for _, rows in frame.groupby(["sample_id", "group"], sort=False):
-            values = np.zeros(self.max_clicks)
-            last = 0.0
-            by_click = dict(zip(rows["click_index"], rows["iou"]))
-            for index in range(1, self.max_clicks + 1):
-                current = by_click.get(index, np.nan)
-                if not np.isnan(current):
-                    last = current
-                values[index - 1] = last
-            series.append(values)
-        return series
+        return [values for _, _, values in iou_series(frame, self.max_clicks)]
 
     def _summarize_frame(self, frame: pd.DataFrame) -> dict:
         series = self._series(frame)
@@ -453,6 +457,13 @@ class ClickSession:
             summary["groups"] = {
                 group: self._summarize_frame(rows) for group, rows in frame.groupby("group", sort=False)
             }
+            summary["click_model"] = self.click_model_name
+            summary["group_bounds"] = [list(bounds) for bounds in self.group_bounds]
+            if len(frame):
+                # RClicks statistics that need no baseline run (ΔGR, ΔHH, Sample NoC ± STD ...);
+                # ΔSB: benchmark.report.session_statistics(values, baseline values)
+                values = session_values(frame, max_clicks=self.max_clicks, thresholds=self.target_ious)
+                summary["statistics"] = session_statistics(values)
         return summary
 
     def _write_files(self, *, suffix: str) -> None:
@@ -463,6 +474,11 @@ class ClickSession:
             stem.with_name(stem.name + f"{suffix}.json").write_text(
                 json.dumps(self._summary, indent=1), encoding="utf-8"
             )
+
+
+def _map_name(map_fn) -> str:
+    """The name a click model goes by in summaries (``ClickModel.name``, else the function's name)."""
+    return str(getattr(map_fn, "name", "") or getattr(map_fn, "__name__", "") or type(map_fn).__name__)
 
 
 def _replay_factory(clicks_xy: np.ndarray) -> Callable[[], Clicker]:

@@ -14,6 +14,9 @@ DEFAULTS = {
     "EVAL_INLINE_MAX_PIXELS": 4_000_000,  # larger samples are scored by a Celery worker
     "EVAL_RATE_LIMIT": "6000/min",  # requests per key (or per user without a key)
     "EVAL_MAX_CLICKS": 100,
+    "EVAL_MAX_GROUPS": 20,  # clicking groups of a clicker="group" run
+    # clicking-group runs compute clickability maps: in a Celery worker for samples larger than this (0: all)
+    "EVAL_GROUP_INLINE_MAX_PIXELS": 0,
 }
 
 

@@ -65,7 +65,20 @@ class EvaluationRun(models.Model):
     stop_at_target = models.BooleanField(default=False)
     seed = models.BigIntegerField(default=0)
     shuffle = models.BooleanField(default=False)
-    units = models.JSONField(default=list, help_text="[[instance id, group], ...] in visiting order.")
+    click_model = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        help_text="Clickability map of a clicker='group' run (e.g. dt).",
+    )
+    group_bounds = models.JSONField(
+        default=list, blank=True, help_text="[[low, high], ...] mass fractions of the clicking groups G1..Gk."
+    )
+    units = models.JSONField(
+        default=list,
+        help_text="[[instance id, group, ...], ...] in visiting order (group runs: the group's index; "
+        "replay: the click's x, y).",
+    )
     # state machine
     state = models.CharField(max_length=20, choices=State.choices, default=State.PREPARING)
     unit_index = models.IntegerField(default=-1)
@@ -76,6 +89,11 @@ class EvaluationRun(models.Model):
     unit_done = models.BooleanField(default=False)
     elapsed_s = models.FloatField(default=0.0, help_text="Server-measured time of the current sample.")
     pred_png = models.BinaryField(null=True, blank=True, help_text="Last accepted prediction of the sample.")
+    clicker_state = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The group clicker's random-stream state after the sample's last round.",
+    )
     interaction = models.PositiveIntegerField(default=0, help_text="Number of the interaction served last.")
     next_key = models.CharField(max_length=100, blank=True, default="")
     served_at = models.DateTimeField(null=True, blank=True)
@@ -86,6 +104,9 @@ class EvaluationRun(models.Model):
     last_result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     summary = models.JSONField(null=True, blank=True)
+    instance_values = models.JSONField(
+        null=True, blank=True, help_text="Per-instance, per-group NoC@85/90 and IoU-AuC (for ΔSB/ΔGR/ΔHH)."
+    )
     scored_async = models.PositiveIntegerField(default=0, help_text="Submissions scored by a Celery worker.")
     server_seconds = models.FloatField(default=0.0, help_text="Server time spent scoring and preparing.")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from collector.models import Dataset
 from collector.researcher.access import researcher_required
 
-from . import services
+from . import selectors, services
 from .models import EvaluationKey, EvaluationRun, PublishedBenchmark
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -25,10 +25,31 @@ def _number(value, digits=2) -> str:
     return f"{value:.{digits}f}"
 
 
-def _row(run: EvaluationRun) -> dict:
+def _percent(value) -> str:
+    text = _number(value, 1)
+    return text if text == "—" else f"{text} %"
+
+
+def _deltas(run: EvaluationRun, runs: list[EvaluationRun]) -> dict:
+    """ΔSB/ΔGR/ΔHH (NoC@90, %; paired ΔHH) of a group run, with the IoU-AuC variants in a tooltip."""
+    if run.clicker != "group":
+        why = "ΔSB, ΔGR and ΔHH are shown on the method's clicking-group run (clicker='group')"
+        return {"dsb": "—", "dgr": "—", "dhh": "—", "delta_title": why}
+    stats = selectors.group_run_statistics(run, selectors.baseline_run_for(run, runs))
+    title = "NoC@90-based, in %; IoU-AuC: ΔSB {} · ΔGR {} · ΔHH {}".format(
+        _number(stats.get("delta_sb_auc"), 3), _number(stats.get("delta_gr_auc"), 3), _number(stats.get("delta_hh_auc"), 3)
+    )  # fmt: skip
+    if stats.get("note"):
+        title += f". {stats['note']}."
+    return {"dsb": _percent(stats.get("delta_sb_noc90")), "dgr": _percent(stats.get("delta_gr_noc90")),
+            "dhh": _percent(stats.get("delta_hh_noc90")), "delta_title": title}  # fmt: skip
+
+
+def _row(run: EvaluationRun, runs: list[EvaluationRun]) -> dict:
     s = run.summary or {}
     noc, nof = s.get("noc", {}), s.get("nof", {})
     return {
+        **_deltas(run, runs),
         "run": run, "method": run.method or "(unnamed)", "noc85": _number(noc.get("85")), "noc90": _number(noc.get("90")),
         "nof85": nof.get("85", "—"), "nof90": nof.get("90", "—"), "auc": _number(s.get("iou_auc"), 3),
         "spc": _number(s.get("seconds_per_click"), 3), "samples": s.get("samples", 0),
@@ -68,9 +89,10 @@ def _plot(rows: list[dict], width=520, height=260, pad=36) -> str:
 
 
 def _boards(runs) -> list[dict]:
+    runs = list(runs)
     boards: dict[str, list] = {}
     for run in runs:
-        boards.setdefault(run.dataset.name, []).append(_row(run))
+        boards.setdefault(run.dataset.name, []).append(_row(run, runs))
     return [{"dataset": name, "rows": rows, "plot": _plot(rows)} for name, rows in sorted(boards.items())]
 
 

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from benchmark.clickability.click_model import BASELINE_NAMES
+
 
 class RunCreateSerializer(serializers.Serializer):
     dataset = serializers.CharField(help_text="Name of a dataset on this server (GET /api/eval/datasets/).")
     method = serializers.CharField(required=False, allow_blank=True, max_length=100)
-    clicker = serializers.ChoiceField(choices=["baseline", "replay"], required=False)
+    clicker = serializers.ChoiceField(choices=["baseline", "group", "replay"], required=False)
+    click_model = serializers.ChoiceField(
+        choices=list(BASELINE_NAMES), required=False, allow_null=True,
+        help_text="clicker='group' only: the clickability map (default dt).",
+    )  # fmt: skip
+    group_bounds = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField(min_value=0.0, max_value=1.0), min_length=2,
+                                    max_length=2),
+        required=False, allow_null=True, min_length=1, max_length=20,
+        help_text="clicker='group' only: [[low, high], ...] with 0 <= low < high <= 1 (default: ten groups of "
+        "equal mass, G1 = [0, 0.1] ... G10 = [0.9, 1]).",
+    )  # fmt: skip
     max_clicks = serializers.IntegerField(required=False, min_value=1, max_value=100)
     max_time_s = serializers.FloatField(required=False, allow_null=True, min_value=1e-6)
     threshold = serializers.FloatField(required=False, min_value=0.0, max_value=1.0)
@@ -34,6 +47,8 @@ class RunSerializer(serializers.Serializer):
     method = serializers.CharField()
     session_id = serializers.CharField()
     clicker = serializers.CharField()
+    click_model = serializers.CharField(help_text="clicker='group': the clickability map; else empty.")
+    group_bounds = serializers.ListField(child=serializers.ListField(child=serializers.FloatField()))
     max_clicks = serializers.IntegerField()
     max_time_s = serializers.FloatField(allow_null=True)
     threshold = serializers.FloatField()

@@ -5,10 +5,11 @@ Order of calls for a run, as in :class:`benchmark.session.ClickSession`::
     create -> [preparing] -> ready --next--> awaiting_mask --submit--> [preparing] -> ready ... -> finished
 
 ``preparing`` is the server's own work: scoring a submission (IoU against the ground truth, kept here) and
-computing the next clicks (baseline clicker on the last accepted prediction). It runs in the request for
-ordinary images and in a Celery worker (``tasks.evaluation.process_run``) for samples larger than
-``EVAL_INLINE_MAX_PIXELS``; clients poll the run meanwhile. Every step is committed, so a server restart or
-a client reconnect resumes where it stopped. Differences from the local session: the time budget is
+computing the next clicks (the run's clicker -- baseline, clicking group or replay -- on the last accepted
+prediction). It runs in the request for ordinary images and in a Celery worker
+(``tasks.evaluation.process_run``) for samples larger than ``EVAL_INLINE_MAX_PIXELS`` and for clicking-group
+runs, which compute clickability maps (``EVAL_GROUP_INLINE_MAX_PIXELS``); clients poll the run meanwhile.
+Every step is committed, so a server restart or a client reconnect resumes where it stopped. Differences from the local session: the time budget is
 enforced on the server's clock (from serving the clicks to receiving the mask); the client's own timing
 is only reported.
 """
@@ -31,10 +32,13 @@ import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
-from benchmark.clickers import BaselineClicker
+from benchmark.clickability.click_model import BASELINE_NAMES, load_click_model
+from benchmark.clickers import DEFAULT_GROUP_BOUNDS, BaselineClicker, GroupClicker
 from benchmark.datasets import SampleKey, read_image_rgb, resize_long_side
+from benchmark.engine import trajectory_rng
 from benchmark.maskcodec import MaskFormatError, decode_png, decode_rle, encode_png
 from benchmark.metrics import iou
+from benchmark.report import session_values
 from benchmark.session import ClickSession, sample_id
 from collector.models import Dataset, Instance
 from collector.services.outbox import task_intent_add
@@ -46,7 +50,11 @@ from .models import EvaluationKey, EvaluationRow, EvaluationRun
 logger = logging.getLogger(__name__)
 State = EvaluationRun.State
 TASK_NAME = "tasks.evaluation.process_run"
-REMOTE_CLICKERS = ("baseline", "replay")
+REMOTE_CLICKERS = ("baseline", "group", "replay")
+# Click models that need no weights (benchmark.clickability.load_click_model's names). `benchmark run` has no
+# default (--click-model is required with groups); its README runs the groups with `dt`, and so does the server.
+REMOTE_CLICK_MODELS = BASELINE_NAMES
+DEFAULT_CLICK_MODEL = "dt"
 OPEN_STATES = (State.PREPARING, State.READY, State.AWAITING_MASK)
 
 
@@ -160,6 +168,41 @@ def _float(data: dict, name: str, default, low: float, high: float, *, allow_non
     return float(value)
 
 
+def _group_config(data: dict, clicker: str) -> tuple[str, list]:
+    """(click model name, group bounds) of a ``group`` run from the create request; ("", []) for the others."""
+    if clicker != "group":
+        for name in ("click_model", "group_bounds"):
+            if data.get(name) is not None:
+                raise EvalError(400, "invalid_config",
+                                f"{name} applies only to clicker='group' (this run has clicker={clicker!r}).")  # fmt: skip
+        return "", []
+    model = data.get("click_model")
+    model = DEFAULT_CLICK_MODEL if model is None else model
+    if not isinstance(model, str) or model.lower() not in REMOTE_CLICK_MODELS:
+        raise EvalError(400, "invalid_config",
+                        f"click_model={model!r} is not served; use one of {REMOTE_CLICK_MODELS} (default "
+                        f"{DEFAULT_CLICK_MODEL!r}). Trained checkpoints run locally: ClickSession(click_model=path).")  # fmt: skip
+    bounds = data.get("group_bounds")
+    if bounds is None:
+        return _click_model(model.lower()).name, [list(pair) for pair in DEFAULT_GROUP_BOUNDS]
+    most = limit("EVAL_MAX_GROUPS")
+    if not isinstance(bounds, list) or not 1 <= len(bounds) <= most:
+        raise EvalError(400, "invalid_config",
+                        f"group_bounds must be a list of 1 to {most} [low, high] pairs, e.g. [[0, 0.5], [0.5, 1]]; "
+                        f"got {str(bounds)[:80]}.")  # fmt: skip
+    for index, pair in enumerate(bounds):
+        numbers = (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in pair)
+        )
+        if not numbers or not 0.0 <= pair[0] < pair[1] <= 1.0:
+            raise EvalError(400, "invalid_config",
+                            f"group_bounds[{index}]={str(pair)[:60]} must be a pair [low, high] of numbers with "
+                            "0 <= low < high <= 1 (mass fractions; G1 = [0, 0.1] holds the least likely clicks).")  # fmt: skip
+    return _click_model(model.lower()).name, [[float(low), float(high)] for low, high in bounds]
+
+
 def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
     """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
     if create_key:
@@ -178,7 +221,7 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
         raise EvalError(
             400,
             "invalid_config",
-            f"clicker={clicker!r} is not served remotely (yet); use one of {REMOTE_CLICKERS}.",
+            f"clicker={clicker!r} is not served remotely; use one of {REMOTE_CLICKERS}.",
         )
     max_clicks = _int(data, "max_clicks", 20, 1, limit("EVAL_MAX_CLICKS"))
     max_time_s = _float(data, "max_time_s", None, 1e-6, 24 * 3600, allow_none=True)
@@ -194,6 +237,7 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
     method = data.get("method", "")
     if not isinstance(method, str) or len(method) > 100:
         raise EvalError(400, "invalid_config", "method must be a name of at most 100 characters.")
+    click_model, group_bounds = _group_config(data, clicker)
 
     with transaction.atomic():
         active = EvaluationRun.objects.select_for_update().filter(
@@ -213,6 +257,8 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
                 raise EvalError(400, "no_real_clicks",
                                 f"dataset {dataset.name!r} has no valid real first-round clicks to replay; "
                                 "use clicker='baseline' or collect clicks first.")  # fmt: skip
+        elif clicker == "group":  # the local session's order: per instance, G1..Gk
+            units = [[pk, f"G{k + 1}", k] for pk, _, _ in instances for k in range(len(group_bounds))]
         else:
             units = [[pk, "base"] for pk, _, _ in instances]
         if data.get("shuffle", False):
@@ -223,6 +269,7 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
             session_id=secrets.token_hex(8), clicker=clicker, max_clicks=max_clicks, max_time_s=max_time_s,
             threshold=threshold, target_ious=targets, stop_at_target=data.get("stop_at_target", False),
             seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING,
+            click_model=click_model, group_bounds=group_bounds,
             expires_at=timezone.now() + timedelta(seconds=limit("EVAL_RUN_TTL_S")),
         )  # fmt: skip
         dispatch(run)
@@ -269,9 +316,13 @@ def _pixels_of_unit(run: EvaluationRun, index: int) -> int:
 
 def dispatch(run: EvaluationRun) -> None:
     """Do the locked run's pending work now, in its transaction (small samples), or hand it to a Celery
-    worker once the transaction commits (large ones); saves the run."""
+    worker once the transaction commits (large ones, and clicking-group runs, whose clickability maps are
+    computed there); saves the run."""
     index = run.unit_index if run.unit_index >= 0 else 0
-    if _pixels_of_unit(run, index) > limit("EVAL_INLINE_MAX_PIXELS"):
+    pixels = _pixels_of_unit(run, index)
+    if pixels > limit("EVAL_INLINE_MAX_PIXELS") or (
+        run.clicker == "group" and pixels > limit("EVAL_GROUP_INLINE_MAX_PIXELS")
+    ):
         # through the transactional outbox: sent after commit, relayed while the broker is down
         task_intent_add(name=TASK_NAME, args=[str(run.pk)])
     else:
@@ -350,24 +401,8 @@ def _prediction(run: EvaluationRun, shape) -> np.ndarray:
 def _prepare_next(run: EvaluationRun) -> None:
     """The local ``ClickSession.next`` loop, on the stored state."""
     while True:
-        if run.unit_index >= 0 and not run.unit_done and run.clicker == "replay":
-            # ReplayClicker: the unit's one recorded click (clipped into the image), then nothing
-            _, _, x, y = run.units[run.unit_index]
-            width, height = _size(run.units[run.unit_index][0])
-            if not run.clicks:
-                click = Click(
-                    x=float(np.clip(x, 0, width - 1)), y=float(np.clip(y, 0, height - 1)), is_positive=True
-                )
-                run.last_clicks = run.clicks = _raw([click])
-                run.state = State.READY
-                return
-        elif run.unit_index >= 0 and not run.unit_done:
-            truth = _truth(run.units[run.unit_index][0])
-            clicker = BaselineClicker()
-            clicker.start(image=np.zeros((*truth.shape, 1), np.uint8), gt=truth.gt, ignore=truth.ignore)
-            for click in _clicks(run.clicks):
-                clicker._state.mark(click)  # the baseline clicker's whole state: the pixels clicked so far
-            new = clicker.next_clicks(_prediction(run, truth.shape))[: run.max_clicks - len(run.clicks)]
+        if run.unit_index >= 0 and not run.unit_done:
+            new = _next_clicks(run)[: run.max_clicks - len(run.clicks)]
             if new:
                 run.last_clicks = _raw(new)
                 run.clicks = run.clicks + _raw(new)
@@ -378,7 +413,102 @@ def _prepare_next(run: EvaluationRun) -> None:
             _finish(run)
             return
         run.clicks, run.last_clicks, run.round, run.elapsed_s = [], [], 0, 0.0
-        run.unit_done, run.new_sample, run.pred_png = False, True, None
+        run.unit_done, run.new_sample, run.pred_png, run.clicker_state = False, True, None, None
+
+
+def _next_clicks(run: EvaluationRun) -> list[Click]:
+    """The current unit's clicker, rebuilt from the stored state, gives the next round's clicks."""
+    unit = run.units[run.unit_index]
+    if run.clicker == "replay":
+        # ReplayClicker: the unit's one recorded click (clipped into the image), then nothing
+        if run.clicks:
+            return []
+        width, height = _size(unit[0])
+        x, y = unit[2], unit[3]
+        return [
+            Click(x=float(np.clip(x, 0, width - 1)), y=float(np.clip(y, 0, height - 1)), is_positive=True)
+        ]
+    truth = _truth(unit[0])
+    pred = _prediction(run, truth.shape)
+    if run.clicker == "group":
+        return _group_clicks(run, truth, pred)
+    clicker = BaselineClicker()  # its whole state: the pixels clicked so far
+    clicker.restore(image=np.zeros((*truth.shape, 1), np.uint8), gt=truth.gt, ignore=truth.ignore,
+                    clicks=_clicks(run.clicks))  # fmt: skip
+    return clicker.next_clicks(pred)
+
+
+def _group_clicks(run: EvaluationRun, truth: _Truth, pred: np.ndarray) -> list[Click]:
+    """The local session's ``GroupClicker`` of this unit, continued: the same map, bounds and random stream.
+
+    Its state is the clicks so far (one per round) and its random stream's state, stored on the run after
+    every round (``clicker_state``), so a restarted server or worker draws what an uninterrupted one would.
+    Computes clickability maps: runs in a Celery worker (see :func:`dispatch`).
+    """
+    instance_id, _, index = run.units[run.unit_index]
+    low, high = run.group_bounds[index]
+    if run.clicker_state is None:  # the unit's first round: the stream ClickSession gives this trajectory
+        rng = trajectory_rng(seed=run.seed, key=truth.key, stream=1, group=index, sample=0, common=False)
+    else:
+        rng = rng_from_state(run.clicker_state)
+    clicks = _clicks(run.clicks)
+    clicker = GroupClicker(
+        map_fn=_click_model(run.click_model), low=low, high=high, rng=rng,
+        first_round_map=None if clicks else _first_round_map(instance_id, run.click_model),
+    )  # fmt: skip
+    clicker.restore(image=_image(instance_id), gt=truth.gt, ignore=truth.ignore, clicks=clicks)
+    new = clicker.next_clicks(pred)
+    run.clicker_state = rng_state(rng)
+    return new
+
+
+def rng_state(rng: np.random.Generator) -> dict:
+    """JSON-safe state of a PCG64 generator (its 128-bit integers as decimal strings)."""
+    state = rng.bit_generator.state
+    if state["bit_generator"] != "PCG64":
+        raise ValueError(f"only PCG64 streams are stored; got {state['bit_generator']}.")
+    return {"bit_generator": "PCG64", "state": str(state["state"]["state"]), "inc": str(state["state"]["inc"]),
+            "has_uint32": int(state["has_uint32"]), "uinteger": int(state["uinteger"])}  # fmt: skip
+
+
+def rng_from_state(stored: dict) -> np.random.Generator:
+    """The generator :func:`rng_state` described, in that very state."""
+    bit_generator = np.random.PCG64()
+    bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": int(stored["state"]), "inc": int(stored["inc"])},
+        "has_uint32": int(stored["has_uint32"]),
+        "uinteger": int(stored["uinteger"]),
+    }
+    return np.random.Generator(bit_generator)
+
+
+@functools.lru_cache(maxsize=8)
+def _click_model(name: str):
+    """The click model ``name`` (no weights: the baseline models); cached per process."""
+    return load_click_model(name)
+
+
+@functools.lru_cache(maxsize=2)
+def _image(instance_id: int) -> np.ndarray:
+    """The instance's image as the local loader gives it, read-only; cached per process (one sample at a time)."""
+    instance = Instance.objects.select_related("image").filter(pk=instance_id).first()
+    if instance is None:
+        raise EvalError(
+            409, "sample_gone", f"instance {instance_id} of this run was deleted; start a new run."
+        )
+    picture = sample_image(instance)
+    picture.setflags(write=False)
+    return picture
+
+
+@functools.lru_cache(maxsize=2)
+def _first_round_map(instance_id: int, click_model: str) -> np.ndarray:
+    """The round-1 map of an instance, the same for all its groups (ClickSession computes it once too)."""
+    truth = _truth(instance_id)
+    first = _click_model(click_model)(_image(instance_id), truth.gt, truth.gt & ~truth.ignore)
+    first.setflags(write=False)
+    return first
 
 
 def _score(run: EvaluationRun) -> None:
@@ -469,11 +599,17 @@ def _no_nan(value):
 
 def _finish(run: EvaluationRun) -> None:
     # The local session's own summary code, on the stored rows, so both summaries are computed alike.
+    group = (
+        {"click_model": run.click_model, "group_bounds": run.group_bounds} if run.clicker == "group" else {}
+    )
     helper = ClickSession(dataset=[], clicker=run.clicker, max_clicks=run.max_clicks, threshold=run.threshold,
-                          target_ious=run.target_ious, seed=run.seed, real_clicks={})  # fmt: skip
+                          target_ious=run.target_ious, seed=run.seed, real_clicks={}, **group)  # fmt: skip
     helper.session_id = run.session_id
     helper._rows = report_rows(run)
     run.summary = _no_nan(helper._compute_summary())
+    if run.clicker in ("baseline", "group") and helper._rows:
+        # per-instance NoC@85/90 and IoU-AuC: what the leaderboard's ΔSB/ΔGR/ΔHH are computed from
+        run.instance_values = _no_nan(session_values(helper.get_report(), max_clicks=run.max_clicks))
     run.state, run.finished_at = State.FINISHED, timezone.now()
     run.last_clicks, run.pred_png = [], None
 

@@ -5,7 +5,7 @@ import pytest
 
 from benchmark.datasets import SampleKey
 from benchmark.engine import InstanceResult
-from benchmark.report import summarize, table, to_markdown, write_report
+from benchmark.report import session_statistics, session_values, summarize, table, to_markdown, write_report
 
 
 def _result(stem, base, groups, user=()):
@@ -62,3 +62,42 @@ def test_table_markdown_and_files(tmp_path):
     csv_path, md_path = write_report([row], tmp_path)
     assert csv_path.read_text().startswith("Method,Dataset,Instances,Base NoC@90")
     assert md_path.read_text() == text
+
+
+def _session_rows(stem, group, ious):
+    return [
+        {"sample_id": stem, "group": group, "click_index": k + 1, "iou": value}
+        for k, value in enumerate(ious)
+    ]
+
+
+def test_session_values_and_statistics_match_summarize_by_hand():
+    import pandas as pd
+
+    # the instances of test_summary_by_hand as ClickSession reports (groups out of order, as a shuffle gives)
+    groups = pd.DataFrame(
+        _session_rows("b", "G2", [0.95, 0.95, 0.95]) + _session_rows("a", "G1", [0.2, 0.5, 0.92])
+        + _session_rows("a", "G2", [0.91, 0.95, 0.97]) + _session_rows("b", "G1", [0.3, 0.4, 0.5])
+    )  # fmt: skip
+    base = pd.DataFrame(
+        _session_rows("a", "base", [0.5, 0.95, 0.95]) + _session_rows("b", "base", [0.91, 0.95])
+    )
+    values = session_values(groups, max_clicks=3)
+    assert values["sample_ids"] == ["a", "b"] and values["groups"] == ["G1", "G2"]
+    assert values["noc"]["90"] == [[3, 1], [3, 1]] and values["noc"]["85"] == [[3, 1], [3, 1]]
+    base_values = session_values(base, max_clicks=3)  # b stopped at click 2: 0.95 carried forward
+    assert base_values["noc"]["90"] == [[2], [1]]
+    row = session_statistics(values, base_values)
+    assert row["delta_sb_noc90"] == pytest.approx(50.0)
+    assert row["delta_gr_noc90"] == pytest.approx(200.0) and row["delta_hh_noc90"] == pytest.approx(200.0)
+    assert row["base_nof90"] == 0 and row["sample_nof90"] == 1.0
+    reference = summarize([
+        _result("a", [0.5, 0.95, 0.95], [[0.2, 0.5, 0.92], [0.91, 0.95, 0.97]]),
+        _result("b", [0.91, 0.95, 0.95], [[0.3, 0.4, 0.5], [0.95, 0.95, 0.95]]),
+    ])  # fmt: skip
+    for key, value in row.items():
+        if key not in ("instances", "groups"):
+            assert value == pytest.approx(reference[key]), key
+    assert "delta_sb_noc90" not in session_statistics(values)
+    with pytest.raises(ValueError, match="different instances"):
+        session_statistics(values, session_values(base[base["sample_id"] == "a"], max_clicks=3))

@@ -121,6 +121,25 @@ def test_group_session_is_seeded_and_reproducible(tiny_dataset, disk_predictor):
     assert len(first) == 2 * 2 * 3
 
 
+def test_group_session_by_click_model_name_records_it_and_the_statistics(tiny_dataset, disk_predictor):
+    from benchmark.clickability import load_click_model
+
+    def report(**where):
+        with ClickSession(dataset=tiny_dataset, clicker="group", max_clicks=2, seed=3, **where) as sess:
+            _run(sess, disk_predictor)
+        return sess.get_report(), sess.get_global_summary()
+
+    by_name, summary = report(click_model="dt")
+    by_function, _ = report(map_fn=load_click_model("dt"))
+    assert by_name[["sample_id", "group", "x", "y", "iou"]].equals(
+        by_function[["sample_id", "group", "x", "y", "iou"]]
+    )
+    assert summary["click_model"] == "dt" and len(summary["group_bounds"]) == 10
+    assert {"sample_noc90", "delta_gr_noc90", "delta_hh_noc90", "delta_gr_auc"} <= set(summary["statistics"])
+    with pytest.raises(ValueError, match="not both"):
+        ClickSession(dataset=tiny_dataset, clicker="group", click_model="dt", map_fn=_uniform_map)
+
+
 def test_replay_and_annotator_sessions(tiny_dataset, disk_predictor):
     left, right = (s.key for s in tiny_dataset.samples)
     real = {left: np.array([[5.0, 6.0], [6.0, 7.0]]), right: np.array([[15.0, 8.0]])}

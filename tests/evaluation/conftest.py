@@ -90,5 +90,11 @@ def _fresh_sample_caches():
     """The server caches GT and sizes per instance id; test databases may reuse ids."""
     from evaluation import services
 
-    services._truth.cache_clear()
-    services._size.cache_clear()
+    clear_sample_caches(services)
+
+
+def clear_sample_caches(services) -> None:
+    """Forget what a server process caches per instance (GT, sizes, images, round-1 maps, click models)."""
+    for cached in (services._truth, services._size, services._image, services._first_round_map,
+                   services._click_model):  # fmt: skip
+        cached.cache_clear()

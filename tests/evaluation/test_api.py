@@ -212,8 +212,8 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
     )
     bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "max_clicks": 0}, format="json")
     assert bad.status_code == 400 and "max_clicks=0" in bad.json()["detail"]
-    bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "clicker": "group"}, format="json")
-    assert bad.status_code == 400 and "clicker='group' is not served remotely" in bad.json()["detail"]
+    bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "clicker": "annotator"}, format="json")
+    assert bad.status_code == 400 and "clicker='annotator' is not served remotely" in bad.json()["detail"]
     bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "clicker": "replay"}, format="json")
     assert bad.status_code == 400 and bad.json()["error"] == "no_real_clicks"
 
