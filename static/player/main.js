@@ -28,10 +28,10 @@ const payload = JSON.parse(document.getElementById("player-payload").textContent
 const PREVIEW = payload.mode === "preview";
 // ``?load=all``: START only once every picture is decoded (the behaviour before issue 14; a baseline).
 const LOAD_ALL = new URLSearchParams(window.location.search).get("load") === "all";
-// Frame intervals known before START: the median of 30 ignores up to 14 dropped or doubled frames, and the
+// Frame intervals known before START: the median of 20 ignores up to 9 dropped or doubled frames, and the
 // estimate keeps being refined on every frame of every trial. The study link's entry page measures too
-// (templates/annotation_ui/entry.html), so most of these are in before the player page arrives.
-const REFRESH_INTERVALS = 30;
+// (templates/annotation_ui/entry.html), so some of these are in before the player page arrives.
+const REFRESH_INTERVALS = 20;
 const $ = (id) => document.getElementById(id);
 const durations = { A: payload.study.image_ms, B: payload.study.target_ms, C: payload.study.blocked_ms };
 const meter = new RefreshMeter();
