@@ -39,13 +39,13 @@ from benchmark.session import ClickSession, sample_id
 from collector.models import Dataset, Instance
 from collector.services.outbox import task_intent_add
 from segmenters.base import Click
+from tasks import names as task_names
 
 from .conf import limit
 from .models import EvaluationKey, EvaluationRow, EvaluationRun
 
 logger = logging.getLogger(__name__)
 State = EvaluationRun.State
-TASK_NAME = "tasks.evaluation.process_run"
 REMOTE_CLICKERS = ("baseline", "replay")
 OPEN_STATES = (State.PREPARING, State.READY, State.AWAITING_MASK)
 
@@ -273,7 +273,7 @@ def dispatch(run: EvaluationRun) -> None:
     index = run.unit_index if run.unit_index >= 0 else 0
     if _pixels_of_unit(run, index) > limit("EVAL_INLINE_MAX_PIXELS"):
         # through the transactional outbox: sent after commit, relayed while the broker is down
-        task_intent_add(name=TASK_NAME, args=[str(run.pk)])
+        task_intent_add(name=task_names.EVALUATION_PROCESS_RUN, args=[str(run.pk)])
     else:
         _process(run)
     run.save()
@@ -512,7 +512,7 @@ RESEND_AFTER_S = 60.0
 def _resend_if_stuck(run: EvaluationRun) -> None:
     """A run preparing for long lost its task (a broker restart): send it again (the task is idempotent)."""
     if (timezone.now() - run.updated_at).total_seconds() > RESEND_AFTER_S:
-        task_intent_add(name=TASK_NAME, args=[str(run.pk)])
+        task_intent_add(name=task_names.EVALUATION_PROCESS_RUN, args=[str(run.pk)])
         run.save(update_fields=["updated_at"])
 
 
