@@ -160,19 +160,10 @@ def _float(data: dict, name: str, default, low: float, high: float, *, allow_non
     return float(value)
 
 
-def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
-    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
-    if create_key:
-        existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
-        if existing is not None:
-            return existing
-    name = data.get("dataset")
-    dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
-    if dataset is None:
-        names = ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none imported"
-        raise EvalError(
-            400, "unknown_dataset", f"dataset={name!r} is not on this server; available: {names}."
-        )
+def _run_settings(data: dict) -> tuple[str, int, float | None, float, list[float], int, str]:
+    """A new run's settings from the request body: (clicker, max_clicks, max_time_s, threshold, target_ious,
+    seed, method), each checked in that order; EvalError 400 ``invalid_config`` names the first at fault.
+    ``shuffle`` and ``stop_at_target`` are only checked to be booleans."""
     clicker = data.get("clicker", "baseline")
     if clicker not in REMOTE_CLICKERS:
         raise EvalError(
@@ -194,6 +185,23 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
     method = data.get("method", "")
     if not isinstance(method, str) or len(method) > 100:
         raise EvalError(400, "invalid_config", "method must be a name of at most 100 characters.")
+    return clicker, max_clicks, max_time_s, threshold, targets, seed, method
+
+
+def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
+    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
+    if create_key:
+        existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
+        if existing is not None:
+            return existing
+    name = data.get("dataset")
+    dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
+    if dataset is None:
+        names = ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none imported"
+        raise EvalError(
+            400, "unknown_dataset", f"dataset={name!r} is not on this server; available: {names}."
+        )
+    clicker, max_clicks, max_time_s, threshold, targets, seed, method = _run_settings(data)
 
     with transaction.atomic():
         active = EvaluationRun.objects.select_for_update().filter(
