@@ -22,7 +22,7 @@ from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_http_methods
 
 from collector.models import Session, Study, Target
-from collector.selectors.permissions import user_can_view_study
+from collector.selectors.permissions import study_visible_or_404
 from collector.selectors.preview import preview_targets
 from collector.services.link_workers import (
     link_worker_cookie,
@@ -274,13 +274,6 @@ def _serve_stimulus(target: Target, *, kind: str, name: str):
     return response
 
 
-def _preview_study(request, study_id: int) -> Study:
-    study = get_object_or_404(Study, pk=study_id)
-    if not user_can_view_study(request.user, study):
-        raise Http404("study not found")
-    return study
-
-
 @gzip_page
 @never_cache
 @require_GET
@@ -291,7 +284,7 @@ def preview(request, study_id: int):
     session is stored. Whether a click would count: ``collector.researcher.views.preview_check``."""
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    study = _preview_study(request, study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     device = request.GET.get("device") if request.GET.get("device") in ("pc", "mobile") else "pc"
     seed = int(request.GET["batch"]) if request.GET.get("batch", "").isdigit() else 0
     try:
@@ -308,7 +301,7 @@ def preview(request, study_id: int):
 def preview_stimulus(request, study_id: int, target_id: int, kind: str, name: str):
     if not request.user.is_authenticated:
         raise Http404("login required")
-    study = _preview_study(request, study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     target = get_object_or_404(
         Target.objects.select_related("round__study", "instance__image"), pk=target_id, round__study=study
     )

@@ -317,7 +317,9 @@ def _cached_embedding(predictor: Predictor, image: np.ndarray) -> tuple[Embeddin
     return embedding, (elapsed if _CACHE.stats.misses > misses else 0.0)
 
 
-def evaluate_instance(
+# C901: one instance's evaluation in protocol order (stored result, embedding, Base, clickability groups,
+# halves, User/Sample); the inner sweep shares the embedding and round-1 cache a split would pass around.
+def evaluate_instance(  # noqa: C901
     *,
     predictor: Predictor,
     sample: Sample,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pkgutil
 
 from celery import Celery
 from celery.signals import setup_logging
@@ -19,8 +20,17 @@ def _configure() -> None:
 
 
 _configure()
-# Lazy (no force): the worker imports ``tasks`` once Django is set up; tasks/__init__ imports every module.
-app.autodiscover_tasks(["tasks"], related_name=None)
+
+
+def _task_modules() -> list[str]:
+    """Every module of the ``tasks`` package (a new one needs no registration)."""
+    import tasks
+
+    return [f"tasks.{module.name}" for module in pkgutil.iter_modules(tasks.__path__)]
+
+
+# Lazy (no force): the worker imports the task modules once Django is set up.
+app.autodiscover_tasks(_task_modules, related_name=None)
 
 
 @setup_logging.connect

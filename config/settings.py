@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
 from config.log_format import logging_config
+from tasks import names as task_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -221,10 +222,16 @@ CELERY.update(
     {
         "task_default_queue": "default",
         "task_queues": (Queue("default", routing_key="default"), Queue("models", routing_key="models")),
+        # Model work, and the beat jobs that send it again, on the `models` queue; everything else on `default`.
         "task_routes": {
-            "tasks.segmentation.*": {"queue": "models"},
-            "tasks.benchmark.*": {"queue": "models"},
-            "tasks.corrective.*": {"queue": "models"},  # corrective campaigns' mask updates (issue 17)
+            name: {"queue": "models"}
+            for name in (
+                task_names.SEGMENTATION_BUILD_NEXT_ROUND,
+                task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
+                task_names.BENCHMARK_EVALUATE_INSTANCE,
+                task_names.CORRECTIVE_UPDATE_ITEM,  # corrective campaigns' mask updates (issue 17)
+                task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
+            )
         },
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
@@ -325,19 +332,19 @@ PLATFORM_SYNC_INTERVAL_S = float(os.environ.get("PLATFORM_SYNC_INTERVAL_S", "60"
 # only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
 MIDDLEWARE += ["collector.platforms.framing.FramedPlatformMiddleware"]
 CELERY["beat_schedule"]["platforms-sync"] = {
-    "task": "tasks.platforms.sync_open_campaigns",
+    "task": task_names.PLATFORMS_SYNC_OPEN_CAMPAIGNS,
     "schedule": PLATFORM_SYNC_INTERVAL_S,
 }
 
 # --- Allocation and validation (ALLOCATION) -------------------------------------------------------
 # Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
 CELERY["beat_schedule"]["expire-sessions"] = {
-    "task": "tasks.sessions.expire_sessions",
+    "task": task_names.SESSIONS_EXPIRE_SESSIONS,
     "schedule": float(os.environ.get("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", "60")),
 }
 # Safety net for lost validation messages (a killed worker on a broker without acknowledgements).
 CELERY["beat_schedule"]["requeue-pending-validations"] = {
-    "task": "tasks.validation.requeue_pending_validations",
+    "task": task_names.VALIDATION_REQUEUE_PENDING_VALIDATIONS,
     "schedule": float(os.environ.get("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", "300")),
 }
 # Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
@@ -351,12 +358,12 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 # Safety net for lost build messages (the file-system transport drops a message whose worker was killed):
 # closed rounds whose next round is missing get their build sent again; a duplicate is a no-op.
 CELERY["beat_schedule"]["requeue-pending-builds"] = {
-    "task": "tasks.segmentation.requeue_pending_builds",
+    "task": task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
     "schedule": float(os.environ.get("CLICKLAB_REQUEUE_BUILDS_EVERY_S", "600")),
 }
 # Corrective campaigns (issue 17): items still waiting for a mask update get it sent again (a duplicate is a no-op).
 CELERY["beat_schedule"]["requeue-pending-corrective-updates"] = {
-    "task": "tasks.corrective.requeue_pending_updates",
+    "task": task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
     "schedule": float(os.environ.get("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", "600")),
 }
 
@@ -371,6 +378,6 @@ OUTBOX_RELAY_GRACE_S = float(os.environ.get("CLICKLAB_OUTBOX_RELAY_GRACE_S", "5"
 OUTBOX_RELAY_IN_WORKER = env_bool("CLICKLAB_OUTBOX_RELAY_IN_WORKER", True)
 OUTBOX_KEEP_SENT_S = float(os.environ.get("CLICKLAB_OUTBOX_KEEP_SENT_S", str(7 * 24 * 3600)))
 CELERY["beat_schedule"]["outbox-relay"] = {
-    "task": "tasks.outbox.relay_task_intents",
+    "task": task_names.OUTBOX_RELAY_TASK_INTENTS,
     "schedule": OUTBOX_RELAY_EVERY_S,
 }

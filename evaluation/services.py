@@ -43,13 +43,13 @@ from benchmark.session import ClickSession, sample_id
 from collector.models import Dataset, Instance
 from collector.services.outbox import task_intent_add
 from segmenters.base import Click
+from tasks import names as task_names
 
 from .conf import limit
 from .models import EvaluationKey, EvaluationRow, EvaluationRun
 
 logger = logging.getLogger(__name__)
 State = EvaluationRun.State
-TASK_NAME = "tasks.evaluation.process_run"
 REMOTE_CLICKERS = ("baseline", "group", "replay")
 # Click models that need no weights (benchmark.clickability.load_click_model's names). `benchmark run` has no
 # default (--click-model is required with groups); its README runs the groups with `dt`, and so does the server.
@@ -203,19 +203,10 @@ def _group_config(data: dict, clicker: str) -> tuple[str, list]:
     return _click_model(model.lower()).name, [[float(low), float(high)] for low, high in bounds]
 
 
-def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
-    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
-    if create_key:
-        existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
-        if existing is not None:
-            return existing
-    name = data.get("dataset")
-    dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
-    if dataset is None:
-        names = ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none imported"
-        raise EvalError(
-            400, "unknown_dataset", f"dataset={name!r} is not on this server; available: {names}."
-        )
+def _run_settings(data: dict) -> tuple[str, int, float | None, float, list[float], int, str]:
+    """A new run's settings from the request body: (clicker, max_clicks, max_time_s, threshold, target_ious,
+    seed, method), each checked in that order; EvalError 400 ``invalid_config`` names the first at fault.
+    ``shuffle`` and ``stop_at_target`` are only checked to be booleans."""
     clicker = data.get("clicker", "baseline")
     if clicker not in REMOTE_CLICKERS:
         raise EvalError(
@@ -237,6 +228,23 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
     method = data.get("method", "")
     if not isinstance(method, str) or len(method) > 100:
         raise EvalError(400, "invalid_config", "method must be a name of at most 100 characters.")
+    return clicker, max_clicks, max_time_s, threshold, targets, seed, method
+
+
+def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
+    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
+    if create_key:
+        existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
+        if existing is not None:
+            return existing
+    name = data.get("dataset")
+    dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
+    if dataset is None:
+        names = ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none imported"
+        raise EvalError(
+            400, "unknown_dataset", f"dataset={name!r} is not on this server; available: {names}."
+        )
+    clicker, max_clicks, max_time_s, threshold, targets, seed, method = _run_settings(data)
     click_model, group_bounds = _group_config(data, clicker)
 
     with transaction.atomic():
@@ -324,7 +332,7 @@ def dispatch(run: EvaluationRun) -> None:
         run.clicker == "group" and pixels > limit("EVAL_GROUP_INLINE_MAX_PIXELS")
     ):
         # through the transactional outbox: sent after commit, relayed while the broker is down
-        task_intent_add(name=TASK_NAME, args=[str(run.pk)])
+        task_intent_add(name=task_names.EVALUATION_PROCESS_RUN, args=[str(run.pk)])
     else:
         _process(run)
     run.save()
@@ -648,7 +656,7 @@ RESEND_AFTER_S = 60.0
 def _resend_if_stuck(run: EvaluationRun) -> None:
     """A run preparing for long lost its task (a broker restart): send it again (the task is idempotent)."""
     if (timezone.now() - run.updated_at).total_seconds() > RESEND_AFTER_S:
-        task_intent_add(name=TASK_NAME, args=[str(run.pk)])
+        task_intent_add(name=task_names.EVALUATION_PROCESS_RUN, args=[str(run.pk)])
         run.save(update_fields=["updated_at"])
 
 

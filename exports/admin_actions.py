@@ -1,6 +1,6 @@
 """Admin actions on studies: download the RClicks zip or the full-fidelity export of the selection.
 
-The same per-study rule as everywhere (``collector.selectors.permissions.user_can_view_study``) is
+The same per-study rule as everywhere (``collector.selectors.permissions.studies_visible_to``) is
 applied to every selected study; one the user may not see refuses the whole download.
 """
 
@@ -9,15 +9,16 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import FileResponse
 
-from collector.selectors.permissions import user_can_view_study
+from collector.selectors.permissions import studies_visible_to
 from exports.archive import full_file_write, rclicks_zip_write
 from exports.full import default_format
 from exports.selectors import ExportError
 
 
 def _visible_ids(modeladmin, request, queryset) -> list[int] | None:
-    studies = list(queryset.order_by("pk"))
-    hidden = [str(study.pk) for study in studies if not user_can_view_study(request.user, study)]
+    ids = list(queryset.order_by("pk").values_list("pk", flat=True))
+    visible = set(studies_visible_to(request.user).filter(pk__in=ids).values_list("pk", flat=True))
+    hidden = [str(pk) for pk in ids if pk not in visible]
     if hidden:
         modeladmin.message_user(
             request,
@@ -25,7 +26,7 @@ def _visible_ids(modeladmin, request, queryset) -> list[int] | None:
             messages.ERROR,
         )
         return None
-    return [study.pk for study in studies]
+    return ids
 
 
 def _name(ids: list[int]) -> str:

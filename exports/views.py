@@ -9,25 +9,16 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404
+from django.http import FileResponse, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from collector.models import Study
-from collector.selectors.permissions import user_can_view_study
+from collector.selectors.permissions import study_visible_or_404
 from exports.archive import corrective_zip_write, full_file_write, rclicks_zip_write
 from exports.full import pyarrow_available
 from exports.selectors import ExportError
 
 LOGIN_URL = getattr(settings, "RESEARCHER_LOGIN_URL", settings.LOGIN_URL)
 _TRUE = {"1", "true", "yes", "on"}
-
-
-def _visible_study(request: HttpRequest, study_id: int) -> Study:
-    study = get_object_or_404(Study, pk=study_id)
-    if not user_can_view_study(request.user, study):
-        raise Http404("No study with this id is visible to you.")
-    return study
 
 
 def _flag(request: HttpRequest, name: str) -> bool:
@@ -41,7 +32,7 @@ def _refused(exc: ExportError) -> HttpResponse:
 @require_GET
 @login_required(login_url=LOGIN_URL)
 def study_rclicks_zip(request: HttpRequest, study_id: int) -> HttpResponse:
-    study = _visible_study(request, study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     previews = True if _flag(request, "previews") else None
     try:
         handle, _ = rclicks_zip_write(
@@ -55,7 +46,7 @@ def study_rclicks_zip(request: HttpRequest, study_id: int) -> HttpResponse:
 
 
 def _full(request: HttpRequest, study_id: int, format: str) -> HttpResponse:
-    study = _visible_study(request, study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     if format == "parquet" and not pyarrow_available():
         return HttpResponse(
             "Parquet needs pyarrow, which this server lacks; download full.jsonl instead.\n",
@@ -88,7 +79,7 @@ def study_full_jsonl(request: HttpRequest, study_id: int) -> HttpResponse:
 @login_required(login_url=LOGIN_URL)
 def study_corrective_zip(request: HttpRequest, study_id: int) -> HttpResponse:
     """``GET /exports/studies/<id>/corrective.zip``: masks (COCO RLE + PNGs), click log and report."""
-    study = _visible_study(request, study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     try:
         handle, _ = corrective_zip_write(study_id=study.pk)
     except ExportError as exc:

@@ -1,11 +1,6 @@
 """Celery tasks: thin adapters that take ids, re-fetch, call one service and own their retry policy.
 
-Every module of this package is imported when the Celery app loads, so a new task module needs no
-registration.
+The Celery app (config/celery.py) imports every module of this package when it loads, so a new task module
+needs no registration. This file imports nothing: senders and settings import :mod:`tasks.names` (the task
+names) before Django's apps are ready, which must not load the task modules and their models.
 """
-
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")

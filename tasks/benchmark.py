@@ -9,12 +9,12 @@ instance is redelivered; a re-run of an instance overwrites its file atomically.
 
 from __future__ import annotations
 
-from celery import shared_task
+from benchmark.engine import evaluate_instance_from_payload
+from tasks import names
+from tasks.base import clicklab_task
 
-from benchmark.engine import CELERY_TASK_NAME, evaluate_instance_from_payload
 
-
-@shared_task(name=CELERY_TASK_NAME, acks_late=True)
+@clicklab_task(names.BENCHMARK_EVALUATE_INSTANCE)
 def benchmark_evaluate_instance(payload: dict) -> dict:
     """Evaluate one instance; returns its key (dataset, image_stem, object_stem)."""
     return evaluate_instance_from_payload(payload)

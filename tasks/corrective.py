@@ -10,21 +10,17 @@ reason, which the researcher sees on the study page.
 
 from __future__ import annotations
 
-from celery import shared_task
 from celery.utils.log import get_task_logger
+
+from tasks import names
+from tasks.base import clicklab_task
 
 logger = get_task_logger(__name__)
 
 MAX_RETRIES = 2
 
 
-@shared_task(
-    bind=True,
-    name="tasks.corrective.update_item",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    max_retries=MAX_RETRIES,
-)
+@clicklab_task(names.CORRECTIVE_UPDATE_ITEM, bind=True, max_retries=MAX_RETRIES)
 def update_item(self, item_id: int, round_number: int) -> dict:
     from collector.services.corrective import (
         corrective_update_apply,
@@ -67,7 +63,7 @@ def update_item(self, item_id: int, round_number: int) -> dict:
     }
 
 
-@shared_task(name="tasks.corrective.requeue_pending_updates", acks_late=True)
+@clicklab_task(names.CORRECTIVE_REQUEUE_PENDING_UPDATES)
 def requeue_pending_updates() -> int:
     """Beat task: send the update again for items still waiting for one (a lost message, e.g. the
     file-system broker after a killed worker); a duplicate is a no-op. Returns how many were sent."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from tasks import names
+from tasks.base import clicklab_task
 
 
-@shared_task(name="tasks.evaluation.process_run", acks_late=True)
+@clicklab_task(names.EVALUATION_PROCESS_RUN)
 def process_run(run_id: str) -> None:
     """Thin adapter over :func:`evaluation.services.process_run` (idempotent: a redelivery does nothing)."""
     from evaluation.services import process_run as process

@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 import threading
 
-from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
+
+from tasks import names
+from tasks.base import clicklab_task
 
 logger = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
-@shared_task(name="tasks.outbox.relay_task_intents", ignore_result=True)
+@clicklab_task(names.OUTBOX_RELAY_TASK_INTENTS)
 def relay_task_intents() -> dict:
     """Beat task: send pending task intents; returns {"sent", "failed", "pending"}."""
     from collector.services.outbox import task_intents_relay

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
 from django.db.models import Q
 
 from collector.models import PlatformCampaign, PlatformSubmission
 from collector.platforms import PlatformCredentialsError, PlatformUnavailable
 from collector.services.launch import study_sync
+from tasks import names
+from tasks.base import clicklab_task
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="tasks.platforms.sync_open_campaigns", ignore_result=True)
+@clicklab_task(names.PLATFORMS_SYNC_OPEN_CAMPAIGNS)
 def sync_open_campaigns() -> int:
     """Send ``sync_study`` for each campaign that may have work to review; returns how many."""
     owed = PlatformSubmission.objects.filter(
@@ -35,9 +36,7 @@ def sync_open_campaigns() -> int:
     return len(study_ids)
 
 
-@shared_task(
-    name="tasks.platforms.sync_study", bind=True, ignore_result=True, max_retries=5, default_retry_delay=60
-)
+@clicklab_task(names.PLATFORMS_SYNC_STUDY, bind=True, max_retries=5, default_retry_delay=60)
 def sync_study(self, study_id: int) -> None:
     if not PlatformCampaign.objects.filter(study_id=study_id).exists():
         return

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from celery import shared_task
 from celery.utils.log import get_task_logger
 from django.db import OperationalError
+
+from tasks import names
+from tasks.base import clicklab_task
 
 logger = get_task_logger(__name__)
 
 
-@shared_task(
-    name="tasks.segmentation.build_next_round",
-    acks_late=True,
-    reject_on_worker_lost=True,
+@clicklab_task(
+    names.SEGMENTATION_BUILD_NEXT_ROUND,
     autoretry_for=(OperationalError, OSError),
     retry_backoff=True,
     retry_backoff_max=300,
@@ -46,7 +46,7 @@ def build_next_round(round_id: int) -> dict:
     }
 
 
-@shared_task(name="tasks.segmentation.requeue_pending_builds", acks_late=True)
+@clicklab_task(names.SEGMENTATION_REQUEUE_PENDING_BUILDS)
 def requeue_pending_builds() -> int:
     """Beat task: send the build again for closed rounds whose next round is missing (a lost message);
     returns how many were sent. Harmless when a build is running: the guard makes the second a no-op."""

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from celery import shared_task
 from django.db import OperationalError
 
+from tasks import names
+from tasks.base import clicklab_task
 
-@shared_task(
-    name="tasks.sessions.expire_sessions",
-    acks_late=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=5,
+
+@clicklab_task(
+    names.SESSIONS_EXPIRE_SESSIONS, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5
 )
 def expire_sessions() -> int:
     """Expire sessions past their ``expires_at`` and release their targets; returns how many expired.

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from celery import shared_task
-
 from collector.services.stimuli import round_stimuli_render
+from tasks import names
+from tasks.base import clicklab_task
 
 
-@shared_task(
-    name="tasks.stimuli.render_round_stimuli",
+@clicklab_task(
+    names.STIMULI_RENDER_ROUND_STIMULI,
     autoretry_for=(OSError,),
     retry_backoff=True,
     retry_backoff_max=300,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from celery import shared_task
 from django.db import OperationalError
 
+from tasks import names
+from tasks.base import clicklab_task
 
-@shared_task(
-    name="tasks.validation.validate_session",
-    acks_late=True,
-    reject_on_worker_lost=True,
+
+@clicklab_task(
+    names.VALIDATION_VALIDATE_SESSION,
     autoretry_for=(OperationalError, OSError),
     retry_backoff=True,
     retry_backoff_max=300,
@@ -32,7 +32,7 @@ def validate_session(session_id: int) -> str:
     return session.validity if session is not None else "missing"
 
 
-@shared_task(name="tasks.validation.requeue_pending_validations", acks_late=True)
+@clicklab_task(names.VALIDATION_REQUEUE_PENDING_VALIDATIONS)
 def requeue_pending_validations() -> int:
     """Beat task: send validation again for sessions finished long ago and still unvalidated (lost
     messages); returns how many were sent."""

@@ -20,7 +20,7 @@ from collector.platforms import PlatformError
 from collector.selectors import budget as budget_selectors
 from collector.selectors import pictures, progress
 from collector.selectors import targets as target_selectors
-from collector.selectors.permissions import studies_visible_to, user_can_change_study
+from collector.selectors.permissions import studies_visible_to, study_visible_or_404, user_can_change_study
 from collector.selectors.workers import study_worker_table
 from collector.services import launch as launch_services
 from collector.services import studies as study_services
@@ -39,17 +39,6 @@ class Pagination(LimitOffsetPagination):
 
 class ResearcherView(APIView):
     permission_classes = [IsResearcher]
-
-    def visible_study(self, study_id: int) -> Study:
-        study = (
-            studies_visible_to(self.request.user)
-            .select_related("dataset", "owner")
-            .filter(pk=study_id)
-            .first()
-        )
-        if study is None:
-            raise Http404(f"study {study_id} does not exist or is not shared with you.")
-        return study
 
     def visible_target(self, study: Study, target_id: int) -> Target:
         try:
@@ -99,7 +88,8 @@ class StudyDetail(ResearcherView):
     @extend_schema(responses={200: serializers.StudySerializer, 404: NOT_FOUND})
     def get(self, request, study_id: int):
         """One study's settings and state."""
-        return Response(serializers.StudySerializer(self.visible_study(study_id)).data)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
+        return Response(serializers.StudySerializer(study).data)
 
 
 class StudyAction(ResearcherView):
@@ -121,7 +111,7 @@ class StudyAction(ResearcherView):
         },
     )
     def post(self, request, study_id: int):
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         if not user_can_change_study(request.user, study):
             raise PermissionDenied(
                 f"study {study.pk} is shared with you to look at; only its owner can change it."
@@ -156,7 +146,7 @@ class StudyProgress(ResearcherView):
     def get(self, request, study_id: int):
         """Live progress: valid clicks vs quota per round and device, sessions and rejection reasons, time
         per batch, money spent (paid = the platform's accepted review, or counted with no review yet = owed)."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         return Response(serializers.ProgressSerializer(progress.study_progress(study=study)).data)
 
 
@@ -164,7 +154,7 @@ class StudyBudget(ResearcherView):
     @extend_schema(responses={200: serializers.BudgetSerializer, 404: NOT_FOUND})
     def get(self, request, study_id: int):
         """Budget estimate of the current round, with its formula (the figure every page shows)."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         return Response(serializers.BudgetSerializer(budget_selectors.study_budget(study=study)).data)
 
 
@@ -179,7 +169,7 @@ class StudyTargets(ResearcherView):
     )
     def get(self, request, study_id: int):
         """Targets with valid-click counters and click counts (paginated: limit/offset)."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         round_param = request.query_params.get("round")
         round_number = None
         if round_param not in (None, ""):
@@ -197,7 +187,7 @@ class StudyTargetDetail(ResearcherView):
     @extend_schema(responses={200: serializers.TargetDetailSerializer, 404: NOT_FOUND})
     def get(self, request, study_id: int, target_id: int):
         """One target and all its clicks (worker pseudonyms, device, validity and reason)."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         target = self.visible_target(study, target_id)
         annotated = target_selectors.study_targets(study=study).get(pk=target.pk)
         data = {"target": annotated, "clicks": target_selectors.target_clicks(target=target)}
@@ -215,7 +205,7 @@ class StudyTargetHeatmap(PngView):
     @extend_schema(responses={**PNG_RESPONSE, 404: NOT_FOUND})
     def get(self, request, study_id: int, target_id: int):
         """The target's image, region and all clicks as a heatmap (pc blue, mobile orange, invalid ✕)."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         target = self.visible_target(study, target_id)
         return HttpResponse(pictures.target_heatmap(target=target), content_type="image/png")
 
@@ -227,7 +217,7 @@ class StudyChart(PngView):
     )
     def get(self, request, study_id: int, kind: str):
         """reaction-times, phase-timing or devices (pc vs mobile) chart."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         if kind not in pictures.CHART_KINDS:
             raise Http404(f"chart {kind!r} is unknown; use one of {', '.join(pictures.CHART_KINDS)}.")
         return HttpResponse(pictures.study_chart(study=study, kind=kind), content_type="image/png")
@@ -237,5 +227,5 @@ class StudyWorkers(ResearcherView):
     @extend_schema(responses={200: serializers.WorkerRowSerializer(many=True), 404: NOT_FOUND})
     def get(self, request, study_id: int):
         """Pseudonymous worker table with quality signals."""
-        study = self.visible_study(study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
         return Response(serializers.WorkerRowSerializer(study_worker_table(study=study), many=True).data)

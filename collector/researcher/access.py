@@ -1,4 +1,4 @@
-"""Who gets into the researcher area, and the study lookup every page uses."""
+"""Who gets into the researcher area, and the lookup of a study its user may change."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404
 
 from collector.models import Study
-from collector.selectors.permissions import studies_visible_to, user_can_change_study, user_is_researcher
+from collector.selectors.permissions import study_visible_or_404, user_can_change_study, user_is_researcher
 
 
 def researcher_required(view):
@@ -47,13 +46,9 @@ def researcher_json(view):
     return wrapper
 
 
-def visible_study_or_404(*, user, study_id: int) -> Study:
-    """The study if ``user`` may see it; 404 otherwise (another researcher's study does not exist for you)."""
-    return get_object_or_404(studies_visible_to(user).select_related("dataset", "owner"), pk=study_id)
-
-
 def changeable_study_or_403(*, user, study_id: int) -> Study:
-    study = visible_study_or_404(user=user, study_id=study_id)
+    """The study if ``user`` may change it; 404 when they may not even see it, 403 when it is only shared."""
+    study = study_visible_or_404(user=user, study_id=study_id)
     if not user_can_change_study(user, study):
         raise PermissionDenied(
             f"study {study.pk} is shared with you to look at; only its owner can change it."

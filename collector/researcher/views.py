@@ -30,7 +30,7 @@ from collector.selectors import pictures, progress
 from collector.selectors import segmenters as segmenter_selectors
 from collector.selectors import session_detail as session_selectors
 from collector.selectors import targets as target_selectors
-from collector.selectors.permissions import studies_visible_to, user_can_change_study
+from collector.selectors.permissions import studies_visible_to, study_visible_or_404, user_can_change_study
 from collector.selectors.preview import preview_click_check
 from collector.selectors.workers import study_worker_table
 from collector.services import launch as launch_services
@@ -38,7 +38,7 @@ from collector.services import next_round as next_round_services
 from collector.services import studies as study_services
 from collector.services.validation import ValidationError as MaskMissing
 
-from .access import changeable_study_or_403, researcher_json, researcher_required, visible_study_or_404
+from .access import changeable_study_or_403, researcher_json, researcher_required
 from .forms import StudyForm
 
 #: How often the study page and the study list ask for fresh numbers (see ``study_live``).
@@ -221,7 +221,7 @@ def _live_context(study: Study, *, can_change: bool) -> dict:
 
 @researcher_required
 def study_detail(request, study_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     can_change = user_can_change_study(request.user, study)
     context = _live_context(study, can_change=can_change)
     context.update(
@@ -263,7 +263,7 @@ def study_live(request, study_id: int):
     Polling, not server-sent events: in production the web runs on gunicorn's sync workers, where an open
     event stream holds a whole worker for as long as a researcher keeps the page open, so a few open tabs
     would leave annotators' clicks waiting. A poll is one short request (a bounded number of queries)."""
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     context = _live_context(study, can_change=user_can_change_study(request.user, study))
     html = render_to_string("researcher/_study_live.html", context, request=request)
     return JsonResponse({"state": study.state, "html": {"live": html}, "at": timezone.now().isoformat()})
@@ -315,7 +315,7 @@ def preview_check(request, study_id: int):
     nothing, and its answer cannot be read by another site (no CORS), so a forged request gains nothing;
     the player page need not carry a CSRF token for it."""
     try:
-        study = visible_study_or_404(user=request.user, study_id=study_id)
+        study = study_visible_or_404(user=request.user, study_id=study_id)
     except Http404:
         return JsonResponse(
             {"error": f"study {study_id} does not exist or is not shared with you."}, status=404
@@ -354,7 +354,7 @@ def preview_check(request, study_id: int):
 @researcher_required
 @require_GET
 def study_chart(request, study_id: int, kind: str):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     if kind not in pictures.CHART_KINDS:
         raise Http404(f"chart {kind!r} is unknown")
     return HttpResponse(
@@ -364,7 +364,7 @@ def study_chart(request, study_id: int, kind: str):
 
 @researcher_required
 def target_list(request, study_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     targets = target_selectors.study_targets(study=study)
     return render(request, "researcher/target_list.html", {"study": study, "targets": targets})
 
@@ -378,7 +378,7 @@ def _target_or_404(study, target_id: int) -> Target:
 
 @researcher_required
 def target_detail(request, study_id: int, target_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     target = _target_or_404(study, target_id)
     clicks = target_selectors.target_clicks(target=target)
     context = {
@@ -395,14 +395,14 @@ def target_detail(request, study_id: int, target_id: int):
 @researcher_required
 @require_GET
 def target_heatmap(request, study_id: int, target_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     target = _target_or_404(study, target_id)
     return HttpResponse(pictures.target_heatmap(target=target), content_type="image/png", headers=PNG_HEADERS)
 
 
 @researcher_required
 def worker_table(request, study_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     return render(
         request, "researcher/worker_table.html", {"study": study, "workers": study_worker_table(study=study)}
     )
@@ -410,7 +410,7 @@ def worker_table(request, study_id: int):
 
 @researcher_required
 def session_list(request, study_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     show = request.GET.get("show", "")
     page = Paginator(session_selectors.study_sessions(study=study, show=show), SESSIONS_PER_PAGE).get_page(
         request.GET.get("page")
@@ -424,7 +424,7 @@ def session_list(request, study_id: int):
 
 @researcher_required
 def session_detail(request, study_id: int, session_id: int):
-    study = visible_study_or_404(user=request.user, study_id=study_id)
+    study = study_visible_or_404(user=request.user, study_id=study_id)
     try:
         detail = session_selectors.session_detail(study=study, session_id=session_id)
     except Session.DoesNotExist:

@@ -81,6 +81,19 @@ def study_worker_table(*, study: Study) -> list[dict]:
     ):
         if flags:
             rows[worker_id]["flagged_trials"] += 1
+    reactions = _add_click_counts(rows, study=study)
+    for worker_id, row in rows.items():
+        row["devices"] = sorted(row["devices"])
+        if row["judged_clicks"]:
+            row["valid_rate"] = row["valid_clicks"] / row["judged_clicks"]
+        if worker_id in reactions:
+            row["median_reaction_ms"] = float(np.median(reactions[worker_id]))
+    return list(rows.values())
+
+
+def _add_click_counts(rows: dict[int, dict], *, study: Study) -> dict[int, list[float]]:
+    """Count each worker's clicks into ``rows`` (``clicks``, ``pending_clicks``, ``judged_clicks``,
+    ``valid_clicks``, ``fast_clicks``); returns their reaction times (ms) by worker id."""
     reactions: dict[int, list[float]] = {}
     for worker_id, is_valid, reaction_ms in Click.objects.filter(trial__session__study=study).values_list(
         "trial__session__worker_id", "is_valid", "reaction_ms"
@@ -96,10 +109,4 @@ def study_worker_table(*, study: Study) -> list[dict]:
             reactions.setdefault(worker_id, []).append(reaction_ms)
             if reaction_ms < study.min_reaction_ms:
                 row["fast_clicks"] += 1
-    for worker_id, row in rows.items():
-        row["devices"] = sorted(row["devices"])
-        if row["judged_clicks"]:
-            row["valid_rate"] = row["valid_clicks"] / row["judged_clicks"]
-        if worker_id in reactions:
-            row["median_reaction_ms"] = float(np.median(reactions[worker_id]))
-    return list(rows.values())
+    return reactions

@@ -49,11 +49,10 @@ from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveMask, Se
 from collector.models.studies import CorrectiveInit
 from collector.services.codes import completion_code_make
 from collector.services.outbox import task_intent_add
+from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
 
-#: Celery task (models queue) that makes an item's next mask (tasks/corrective.py).
-UPDATE_ITEM_TASK = "tasks.corrective.update_item"
 #: Media folder of corrective masks.
 MASKS_DIR = "corrective"
 POINTER_TYPES = ("mouse", "touch", "pen", "")
@@ -128,7 +127,7 @@ def corrective_items_ensure(*, session: Session, send: bool = True) -> list[Corr
 def _send_update_on_commit(*, item_id: int, round_number: int) -> None:
     # through the transactional outbox: written with the change, sent after commit, relayed while the broker
     # is down (collector.services.outbox)
-    task_intent_add(name=UPDATE_ITEM_TASK, args=[item_id, round_number])
+    task_intent_add(name=task_names.CORRECTIVE_UPDATE_ITEM, args=[item_id, round_number])
 
 
 def _locked_item(*, session: Session, item_id) -> CorrectiveItem:

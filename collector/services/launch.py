@@ -43,6 +43,7 @@ from collector.selectors import budget as budget_selectors
 from collector.services import studies as study_services
 from collector.services.codes import completion_code_check
 from collector.services.outbox import task_intent_add
+from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
 
@@ -377,10 +378,6 @@ def study_platform_status(*, study: Study) -> dict:
 # the study page's buttons: go live, pause, close, sync now
 
 
-#: Celery task that syncs one study with its platform (tasks/platforms.py).
-SYNC_STUDY_TASK = "tasks.platforms.sync_study"
-
-
 def task_send_after_commit(*, name: str, args: list) -> None:
     """The one place this module sends a Celery task: by name, through the transactional outbox (sent once
     the current transaction commits; the relay retries while the broker is down)."""
@@ -461,7 +458,7 @@ def study_sync_request(*, study_id: int) -> str:
     calls each, longer than a web request may take. The page shows the time of the last sync."""
     if not PlatformCampaign.objects.filter(study_id=study_id).exists():
         raise LaunchRefused(f"study {study_id} is not launched on a platform: there is nothing to sync.")
-    task_send_after_commit(name=SYNC_STUDY_TASK, args=[study_id])
+    task_send_after_commit(name=task_names.PLATFORMS_SYNC_STUDY, args=[study_id])
     return (
         "Sync requested: submitted work is being reviewed; the platform status below updates when it is done."
     )

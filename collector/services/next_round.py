@@ -66,7 +66,6 @@ from collector.models import Click, Image, Instance, Round, Session, Study, Targ
 from collector.selectors.segmenters import study_segmenter_keys
 from collector.services.datasets import mask_png_bytes
 from collector.services.outbox import task_intent_add
-from collector.services.rounds import BUILD_NEXT_ROUND_TASK
 from exports.stems import full_stem_build
 from segmenters.base import Click as SegClick
 from segmenters.base import Predictor, SegmenterError
@@ -74,13 +73,12 @@ from segmenters.cache import EmbeddingCache
 from segmenters.checkpoints import segmenter_choice
 from segmenters.provenance import MaskProvenance, predictor_provenance
 from segmenters.registry import get_predictor
+from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
 
 #: The seed's rule: masks with a higher IoU are too good to leave an error region worth clicking.
 MAX_PREVIOUS_IOU = 0.95
-#: Task sent (by name, after commit) to render the new round's stimuli.
-RENDER_STIMULI_TASK = "tasks.stimuli.render_round_stimuli"
 #: Media folder of the files of built rounds.
 ROUNDS_DIR = "rounds"
 #: Embeddings kept while one build runs (bytes).
@@ -515,7 +513,7 @@ def _create_next_round(
                     row.round = new_round
                 Target.objects.bulk_create(rows)
                 if rows:
-                    task_intent_add(name=RENDER_STIMULI_TASK, args=[new_round.pk])
+                    task_intent_add(name=task_names.STIMULI_RENDER_ROUND_STIMULI, args=[new_round.pk])
     except BaseException:
         _delete_files(written)
         raise
@@ -557,7 +555,7 @@ def round_build_retry(*, round_id: int) -> bool:
         if Round.objects.filter(study_id=round_.study_id, number=round_.number + 1).exists():
             return False
         Round.objects.filter(pk=round_id).update(build_error="", build_failed_at=None)
-        task_intent_add(name=BUILD_NEXT_ROUND_TASK, args=[round_id])
+        task_intent_add(name=task_names.SEGMENTATION_BUILD_NEXT_ROUND, args=[round_id])
     logger.info("next-round build of round %s sent again", round_id, extra={"round_id": round_id})
     return True
 

@@ -52,18 +52,28 @@ def trial_signals(*, trials: list[Trial], min_reaction_ms: float) -> list[dict]:
     """Signals visible in the trials themselves (blocked clicks, fast reactions, interruptions, identical
     positions). ``trials``: with ``click`` and ``target__instance__image`` selected; positions are
     reported 1-based, as the worker saw them."""
-    flags: list[dict] = []
+    return [
+        *_blocked_click_flags(trials),
+        *_fast_reaction_flags(trials, min_reaction_ms=min_reaction_ms),
+        *_player_flags(trials),
+        *_identical_position_flags(trials),
+    ]
 
+
+def _blocked_click_flags(trials: list[Trial]) -> list[dict]:
     blocked = {t.position: t.blocked_clicks for t in trials if t.blocked_clicks}
-    if blocked:
-        flags.append(
-            {
-                "code": "blocked_clicks",
-                "detail": f"{sum(blocked.values())} click(s) tried while clicking was blocked (phases A-C), "
-                f"in trial(s) {_trials_text(list(blocked))}.",
-            }
-        )
+    if not blocked:
+        return []
+    return [
+        {
+            "code": "blocked_clicks",
+            "detail": f"{sum(blocked.values())} click(s) tried while clicking was blocked (phases A-C), "
+            f"in trial(s) {_trials_text(list(blocked))}.",
+        }
+    ]
 
+
+def _fast_reaction_flags(trials: list[Trial], *, min_reaction_ms: float) -> list[dict]:
     fast = {
         t.position: _click_of(t).reaction_ms
         for t in trials
@@ -71,27 +81,37 @@ def trial_signals(*, trials: list[Trial], min_reaction_ms: float) -> list[dict]:
         and _click_of(t).reaction_ms is not None
         and _click_of(t).reaction_ms < min_reaction_ms
     }
-    if fast:
-        listed = ", ".join(f"trial {p + 1}: {ms:.0f} ms" for p, ms in sorted(fast.items()))
-        flags.append(
-            {
-                "code": "fast_reaction",
-                "detail": f"{len(fast)} click(s) came sooner than {min_reaction_ms:.0f} ms after clicking was "
-                f"enabled ({listed}).",
-            }
-        )
+    if not fast:
+        return []
+    listed = ", ".join(f"trial {p + 1}: {ms:.0f} ms" for p, ms in sorted(fast.items()))
+    return [
+        {
+            "code": "fast_reaction",
+            "detail": f"{len(fast)} click(s) came sooner than {min_reaction_ms:.0f} ms after clicking was "
+            f"enabled ({listed}).",
+        }
+    ]
 
+
+def _player_flags(trials: list[Trial]) -> list[dict]:
+    """The player's interruption reports, one flag per code, in a fixed code order."""
     by_code: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for trial in trials:
         for flag in trial.flags or []:
             by_code[_flag_code(str(flag))][str(flag)].append(trial.position)
+    flags: list[dict] = []
     for code in ("tab_hidden", "focus_lost", "viewport_changed", "trial_flag"):
         if code in by_code:
             parts = "; ".join(
                 f"{name} in trial(s) {_trials_text(pos)}" for name, pos in by_code[code].items()
             )
             flags.append({"code": code, "detail": f"the player reported {parts}."})
+    return flags
 
+
+def _identical_position_flags(trials: list[Trial]) -> list[dict]:
+    """Clicks at the same relative place (within IDENTICAL_POSITION_TOLERANCE) of at least
+    IDENTICAL_POSITION_MIN_TRIALS different images: each joins the first group whose first click it matches."""
     groups: list[list[tuple[int, float, float]]] = []
     for trial in trials:
         click = _click_of(trial)
@@ -109,6 +129,7 @@ def trial_signals(*, trials: list[Trial], min_reaction_ms: float) -> list[dict]:
                 break
         else:
             groups.append([point])
+    flags: list[dict] = []
     for group in groups:
         if len(group) >= IDENTICAL_POSITION_MIN_TRIALS:
             _, gx, gy = group[0]

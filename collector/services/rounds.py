@@ -9,11 +9,9 @@ from django.utils import timezone
 
 from collector.models import Round, Target
 from collector.services.outbox import task_intent_add
+from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
-
-#: Celery task that builds round k+1 from round k's clicks (tasks/segmentation.py, segmenters issue).
-BUILD_NEXT_ROUND_TASK = "tasks.segmentation.build_next_round"
 
 
 def round_is_full(*, round: Round) -> bool:
@@ -49,5 +47,5 @@ def round_close_if_full(*, round_id: int) -> Round | None:
     round_.save(update_fields=["state", "closed_at"])
     logger.info("round closed", extra={"round_id": round_.pk, "study_id": round_.study_id})
     if round_.number < round_.study.max_rounds:
-        task_intent_add(name=BUILD_NEXT_ROUND_TASK, args=[round_id])
+        task_intent_add(name=task_names.SEGMENTATION_BUILD_NEXT_ROUND, args=[round_id])
     return round_

@@ -9,11 +9,9 @@ from django.utils import timezone
 
 from collector.models import Dataset, Instance, Round, Study, Target
 from collector.services.outbox import task_intent_add
+from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
-
-#: Celery task that renders the stimuli of a round's targets (tasks/stimuli.py).
-RENDER_ROUND_STIMULI_TASK = "tasks.stimuli.render_round_stimuli"
 
 
 class StudyStateError(Exception):
@@ -65,7 +63,7 @@ def study_publish(*, study_id: int) -> Study:
             # A preview may have prepared round 1 already (study_preview_round); it is used as it is.
             round_1 = study.rounds.filter(number=1).first() or round_create_first(study=study)
             study.published_at = timezone.now()
-            task_intent_add(name=RENDER_ROUND_STIMULI_TASK, args=[round_1.pk])
+            task_intent_add(name=task_names.STIMULI_RENDER_ROUND_STIMULI, args=[round_1.pk])
         study.state = Study.State.PUBLISHED
         study.save(update_fields=["state", "published_at"])
     logger.info("study published", extra={"study_id": study.pk})

@@ -38,11 +38,9 @@ from collector.services.allocation import inflight_release
 from collector.services.quality import session_quality_flags
 from collector.services.rounds import round_close_if_full
 from config.celery import app as celery_app
+from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
-
-#: This module's own task (tasks/validation.py), sent again by ``validations_requeue``.
-VALIDATE_SESSION_TASK = "tasks.validation.validate_session"
 
 
 class ValidationError(RuntimeError):
@@ -336,7 +334,7 @@ def validations_requeue(*, older_than_s: float = 300.0, limit: int = 1000) -> li
         .values_list("pk", flat=True)[:limit]
     )
     for session_id in session_ids:
-        celery_app.send_task(VALIDATE_SESSION_TASK, args=[session_id])
+        celery_app.send_task(task_names.VALIDATION_VALIDATE_SESSION, args=[session_id])
     if session_ids:
         logger.warning("validations requeued", extra={"session_ids": session_ids})
     return session_ids

@@ -12,12 +12,13 @@ from django.utils import timezone
 
 from collector.models import TaskIntent
 from collector.services.outbox import task_intent_add, task_intents_relay
+from tasks import names as task_names
 from tests.support.broker import broker_down
 from tests.support.celery_worker import purge_queues
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-NAME = "tasks.sessions.expire_sessions"  # harmless if a worker runs it
+NAME = task_names.SESSIONS_EXPIRE_SESSIONS  # harmless if a worker runs it
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from celery.signals import after_task_publish
 from django.db import connection
 
 from collector.models import Round
-from collector.services.rounds import BUILD_NEXT_ROUND_TASK, round_close_if_full, round_is_full
+from collector.services.rounds import round_close_if_full, round_is_full
 from collector.services.validation import session_validate
+from tasks import names as task_names
 from tests.factories import make_rect_dataset, make_study, make_validated_batch
 from tests.support.celery_worker import purge_queues
 
@@ -32,7 +33,7 @@ def published_builds():
 
 
 def _builds(sent):
-    return [args for name, args in sent if name == BUILD_NEXT_ROUND_TASK]
+    return [args for name, args in sent if name == task_names.SEGMENTATION_BUILD_NEXT_ROUND]
 
 
 @pytest.mark.django_db

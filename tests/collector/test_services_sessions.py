@@ -13,7 +13,6 @@ from django.utils import timezone
 from collector.models import Click, Session, Target, Trial
 from collector.services.codes import completion_code_make
 from collector.services.sessions import (
-    VALIDATE_SESSION_TASK,
     ClickRefused,
     SessionFinishRefused,
     SessionStartRefused,
@@ -22,6 +21,7 @@ from collector.services.sessions import (
     session_finish,
     session_start,
 )
+from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 
 
@@ -228,7 +228,7 @@ def test_finish_sends_validation_task_after_commit(study):
             while True:
                 message = queue.get(timeout=3)
                 message.ack()
-                if message.headers.get("task") == VALIDATE_SESSION_TASK:
+                if message.headers.get("task") == task_names.VALIDATION_VALIDATE_SESSION:
                     found.append(message.payload[0])
         except queue.Empty:
             pass

@@ -15,13 +15,14 @@ from collector.models import Session, TaskIntent
 from collector.services.outbox import relay_forever, task_intents_relay
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make
+from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker
 from tests.support.broker import broker_down
 from tests.support.celery_worker import wait_until
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
-VALIDATE = "tasks.validation.validate_session"
+VALIDATE = task_names.VALIDATION_VALIDATE_SESSION
 
 
 def _post(client, url, body):

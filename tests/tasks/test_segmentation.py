@@ -19,6 +19,7 @@ from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import MAX_PREVIOUS_IOU
 from collector.services.rounds import round_close_if_full
+from tasks import names as task_names
 from tasks.segmentation import requeue_pending_builds
 from tests.factories import make_clicked_session, make_rect_dataset, make_study
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
@@ -143,7 +144,7 @@ def test_closing_round_1_builds_round_2_and_a_crash_mid_build_leaves_no_partial_
     assert requeue_pending_builds() == 0
     from config.celery import app
 
-    app.send_task("tasks.segmentation.build_next_round", args=[round_1.pk])
+    app.send_task(task_names.SEGMENTATION_BUILD_NEXT_ROUND, args=[round_1.pk])
     wait_until(
         lambda: worker.log().count("build_next_round") >= 2 and worker.log().count("succeeded") >= 2,
         timeout_s=60,

@@ -11,6 +11,7 @@ from django.utils import timezone
 from collector.models import Session, Target
 from collector.services.sessions import session_start
 from config.celery import app
+from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
 
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 def test_beat_schedule_runs_expiry():
     entry = settings.CELERY["beat_schedule"]["expire-sessions"]
-    assert entry["task"] == "tasks.sessions.expire_sessions" and entry["schedule"] > 0
+    assert entry["task"] == task_names.SESSIONS_EXPIRE_SESSIONS and entry["schedule"] > 0
 
 
 def test_expire_sessions_task_releases_abandoned_sessions(tmp_path, exclusive_broker):
@@ -32,7 +33,7 @@ def test_expire_sessions_task_releases_abandoned_sessions(tmp_path, exclusive_br
     worker = CeleryWorkerProcess(queues="default")
     worker.start()
     try:
-        app.send_task("tasks.sessions.expire_sessions")
+        app.send_task(task_names.SESSIONS_EXPIRE_SESSIONS)
         wait_until(
             lambda: Session.objects.filter(pk=abandoned.pk, status="expired").exists(),
             timeout_s=60,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import AnonymousUser, Group, User
+from django.http import Http404
 
 from collector.selectors.permissions import (
     studies_visible_to,
+    study_visible_or_404,
     user_can_change_study,
     user_can_view_study,
     user_is_researcher,
@@ -64,3 +66,17 @@ def test_anonymous_and_inactive_users_see_nothing(alice, alice_study):
     alice.is_active = False
     alice.save()
     assert not user_can_view_study(alice, alice_study)
+
+
+def test_a_study_you_may_not_see_answers_like_one_that_does_not_exist(alice, bob, alice_study, bob_study):
+    assert study_visible_or_404(user=alice, study_id=alice_study.pk) == alice_study
+    with pytest.raises(Http404) as hidden:
+        study_visible_or_404(user=alice, study_id=bob_study.pk)
+    with pytest.raises(Http404) as missing:
+        study_visible_or_404(user=alice, study_id=bob_study.pk + 1000)
+    assert str(hidden.value) == f"study {bob_study.pk} does not exist or is not shared with you."
+    assert str(missing.value) == f"study {bob_study.pk + 1000} does not exist or is not shared with you."
+    alice_study.researchers.add(bob)
+    assert study_visible_or_404(user=bob, study_id=alice_study.pk) == alice_study
+    with pytest.raises(Http404):
+        study_visible_or_404(user=AnonymousUser(), study_id=alice_study.pk)
