@@ -13,7 +13,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 PORT = 8000
 HOST = 127.0.0.1
 
-.PHONY: demo prod bench-faults test lint test-js test-services test-embedded install install-test chromium clean lock
+.PHONY: demo prod bench-faults test test-both lint test-js test-services test-embedded install install-test chromium clean lock
 
 # Installs come from the locks (every package of the tree, pinned), never from the loose top-level pins.
 $(VENV)/.installed: requirements.lock
@@ -77,7 +77,20 @@ lint: $(VENV)/.installed-test
 # evaluation live-server run, the corrective quality model) and the slow corrective simulation on GrabCut.
 LIBRARY_TESTS := tests/benchmark tests/segmenters
 EMBEDDED_SELECTION := (not browser or embedded_smoke) and not one_backend
-test: $(VENV)/.installed-test chromium lint test-js test-services test-embedded
+# The two runs go side by side (the machine has two cores and each run spends much of its time waiting on
+# workers, browsers and sockets): they share nothing (own database, broker, CLICKLAB_VAR_DIR, free ports).
+# The PostgreSQL run prints as it goes; the embedded run's output follows it from var/test-embedded.log.
+test: $(VENV)/.installed-test chromium lint test-js test-both
+
+test-both: $(VENV)/.installed-test
+	@mkdir -p var; \
+	$(MAKE) --no-print-directory test-embedded > var/test-embedded.log 2>&1 & embedded_pid=$$!; \
+	$(MAKE) --no-print-directory test-services; services=$$?; \
+	wait $$embedded_pid; embedded=$$?; \
+	echo; echo "==== the embedded-default run (SQLite + file-system broker), run beside the one above ===="; \
+	cat var/test-embedded.log; \
+	echo "==== PostgreSQL + Redis run: exit $$services; embedded run: exit $$embedded ===="; \
+	test $$services -eq 0 && test $$embedded -eq 0
 
 # The player's ES modules (static/player/): eslint and `node --test` unit tests of the pure parts, with the
 # versions pinned in package-lock.json (npm ci into node_modules/, redone when the lock file changes).
