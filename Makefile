@@ -67,14 +67,15 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The whole suite against PostgreSQL + Redis (production's services), then everything that touches the
-# database or the broker again on the embedded default (SQLite + the file-system broker). Each run uses a
-# real Celery worker process. The Django-free libraries (tests/benchmark, tests/segmenters) never see either
-# backend, so the second run leaves them out instead of repeating them; of the browser tests (the player's
-# JavaScript does not change with the backend) it keeps the ones marked `embedded_smoke`: a full batch on
-# desktop and phone and `manage.py demo` served to Chromium. Tests marked `one_backend` run in the first run only:
-# those whose subject does not change with the backend (schema fuzzing, media access, log redaction, the
-# evaluation live-server run, the corrective quality model) and the slow corrective simulation on GrabCut.
+# Every test that touches the database or the broker, against PostgreSQL + Redis (production's services) and
+# again on the embedded default (SQLite + the file-system broker), each run with a real Celery worker process.
+# The Django-free libraries' tests (tests/benchmark, tests/segmenters) use neither backend: they run once, in
+# the embedded run, which balances the two runs' lengths (they go side by side, below). Of the browser tests
+# (the player's JavaScript does not change with the backend) the embedded run keeps the ones marked
+# `embedded_smoke`: a full batch on desktop and phone and `manage.py demo` served to Chromium. Tests marked
+# `one_backend` run in the PostgreSQL run only: those whose subject does not change with the backend (schema
+# fuzzing, media access, log redaction, the evaluation live-server run, the corrective quality model) and the
+# slow corrective simulation on GrabCut.
 LIBRARY_TESTS := tests/benchmark tests/segmenters
 EMBEDDED_SELECTION := (not browser or embedded_smoke) and not one_backend
 # The two runs go side by side (the machine has two cores and each run spends much of its time waiting on
@@ -104,11 +105,11 @@ test-js: node_modules/.installed
 
 test-services: $(VENV)/.installed-test
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CLICKLAB_VAR_DIR=$(CURDIR)/var/test-services \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest $(foreach dir,$(LIBRARY_TESTS),--ignore=$(dir)) $(PYTEST_ARGS)
 
 test-embedded: $(VENV)/.installed-test
 	env -u DATABASE_URL -u CELERY_BROKER_URL CLICKLAB_VAR_DIR=$(CURDIR)/var/test-embedded \
-		$(PY) -m pytest $(foreach dir,$(LIBRARY_TESTS),--ignore=$(dir)) -m "$(EMBEDDED_SELECTION)" $(PYTEST_ARGS)
+		$(PY) -m pytest -m "$(EMBEDDED_SELECTION)" $(PYTEST_ARGS)
 
 clean:
 	rm -rf var/test-services var/test-embedded
