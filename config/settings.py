@@ -95,6 +95,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # the annotator API's 404s (bad token, no such trial) as its JSON errors, not HTML pages
     "annotation_ui.errors.AnnotatorApiJsonErrorsMiddleware",
+    # a database restart mid-request: 503 + Retry-After (retried by the player), not a 500
+    "config.unavailable.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
