@@ -64,6 +64,20 @@ def test_a_russian_browser_gets_the_entry_and_player_pages_in_russian(client, st
 
 
 @pytest.mark.django_db
+def test_a_russian_browser_gets_the_corrective_player_in_russian(client, tmp_path, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    dataset = make_dataset(tmp_path, n_images=2, size=(64, 48))
+    study = make_study(dataset, publish=True, kind="corrective", batch_size=2, quota_pc=1, quota_mobile=1)
+    html = client.post(_link(study), {"device": "pc"}, **RUSSIAN).content.decode()
+    assert '<html lang="ru">' in html and "<title>Исправьте маску</title>" in html
+    instructions = _section(html, "screen-instructions")
+    assert "«Обновить маску»" in instructions and "НАЧАТЬ" in instructions
+    assert not _latin_words(instructions), f"English left in the instructions: {_latin_words(instructions)}"
+    toolbar = _section(html, "screen-item")
+    assert "Маска в порядке" in toolbar and not _latin_words(toolbar), _latin_words(toolbar)
+
+
+@pytest.mark.django_db
 def test_other_browsers_keep_english(client, study):
     for headers in ({}, {"HTTP_ACCEPT_LANGUAGE": "de-DE,de;q=0.9"}, {"HTTP_ACCEPT_LANGUAGE": "en-GB"}):
         html = Client().post(_link(study), {"device": "pc"}, **headers).content.decode()

@@ -32,6 +32,7 @@ DOMAINS = ["django", "djangojs"]
 IGNORED_DIRS = {".venv", "node_modules", "var", "tests", "bench", "benchmark"}
 PYTHON_KEYWORDS = {"_", "gettext", "gettext_lazy", "gettext_noop", "ngettext", "ngettext_lazy"}
 TEMPLATE_SUFFIXES = {".html", ".txt"}
+pytestmark = pytest.mark.one_backend  # no database, no broker: the embedded-default run need not repeat it
 FIX = "run `make messages`, translate what it added and commit the .po and .mo together"
 
 
