@@ -13,7 +13,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 PORT = 8000
 HOST = 127.0.0.1
 
-.PHONY: demo prod bench-faults test test-both lint test-js test-services test-embedded install install-test chromium clean lock
+.PHONY: demo prod bench-faults test test-both lint test-js test-services test-embedded install install-test chromium clean lock messages
 
 # Installs come from the locks (every package of the tree, pinned), never from the loose top-level pins.
 $(VENV)/.installed: requirements.lock
@@ -110,6 +110,19 @@ test-services: $(VENV)/.installed-test
 test-embedded: $(VENV)/.installed-test
 	env -u DATABASE_URL -u CELERY_BROKER_URL CLICKLAB_VAR_DIR=$(CURDIR)/var/test-embedded \
 		$(PY) -m pytest -m "$(EMBEDDED_SELECTION)" $(PYTEST_ARGS)
+
+# `make messages`: the translation catalogues (locale/<lang>/LC_MESSAGES/django.po and djangojs.po, the player's
+# JavaScript) brought in step with the strings marked in the code and templates, then compiled to the .mo files
+# Django reads. Translate what it added (no empty or fuzzy entry may stay: tests/i18n checks) and commit the .po
+# and .mo together, so a machine without GNU gettext still serves every language. Needs gettext's tools.
+MESSAGES_IGNORE := --ignore .venv --ignore node_modules --ignore var --ignore tests --ignore bench --ignore benchmark
+MANAGE_NO_SERVICES := env -u DATABASE_URL -u CELERY_BROKER_URL $(PY) manage.py
+messages: $(VENV)/.installed
+	@command -v xgettext >/dev/null && command -v msgfmt >/dev/null || \
+		{ echo "make messages needs GNU gettext: apt-get install gettext"; exit 1; }
+	$(MANAGE_NO_SERVICES) makemessages --all --no-obsolete --add-location file $(MESSAGES_IGNORE)
+	$(MANAGE_NO_SERVICES) makemessages --all --no-obsolete --add-location file -d djangojs $(MESSAGES_IGNORE)
+	$(MANAGE_NO_SERVICES) compilemessages $(MESSAGES_IGNORE)
 
 clean:
 	rm -rf var/test-services var/test-embedded

@@ -14,6 +14,7 @@ Every 4xx body is ``{"error": "<the field, the value and what to do>", "field": 
 from __future__ import annotations
 
 from django.http import Http404
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
@@ -118,7 +119,9 @@ class AnnotatorView(APIView):
         if isinstance(exc, InputRefused):
             return Response(exc.body, status=exc.status_code)
         if isinstance(exc, Http404 | exceptions.NotFound):
-            message = f"{exc} This task link is not valid; open the task again from the platform."
+            message = _("%(reason)s This task link is not valid; open the task again from the platform.") % {
+                "reason": exc
+            }
             return Response({"error": message, "field": "token"}, status=404)
         if isinstance(exc, BodyRefused):
             return Response({"error": str(exc.detail), "field": exc.field}, status=400)
@@ -188,7 +191,7 @@ class ClickView(AnnotatorView):
                 str(exc), field=exc.field, status_code=409, reason=exc.reason, position=data["position"]
             ) from None
         except Session.DoesNotExist:
-            raise Http404("session not found.") from None
+            raise Http404(_("session not found.")) from None
         return Response(
             {
                 "ok": True,
@@ -252,7 +255,7 @@ class Finish(AnnotatorView):
                 str(exc), field=None, status_code=409, reason=reason, missing=exc.missing_positions
             ) from None
         except Session.DoesNotExist:
-            raise Http404("session not found.") from None
+            raise Http404(_("session not found.")) from None
         return Response({"ok": True, "finish": finish_payload(finished)})
 
 

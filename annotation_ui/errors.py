@@ -8,9 +8,11 @@ read. This middleware turns an Http404 raised by those views into the API's JSON
 from __future__ import annotations
 
 from django.http import Http404, JsonResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 API_PREFIX = "/api/annotator/"
-WHAT_TO_DO = "open the task again from the platform."
+WHAT_TO_DO = gettext_lazy("open the task again from the platform.")
 
 
 class AnnotatorApiJsonErrorsMiddleware:
@@ -23,7 +25,7 @@ class AnnotatorApiJsonErrorsMiddleware:
     def process_exception(self, request, exception):
         if not isinstance(exception, Http404) or not request.path.startswith(API_PREFIX):
             return None
-        reason = str(exception) or "not found"
+        reason = str(exception) or _("not found")
         response = JsonResponse({"error": f"{reason}; {WHAT_TO_DO}"}, status=404)
         response["Cache-Control"] = "no-store"
         return response

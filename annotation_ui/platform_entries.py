@@ -18,6 +18,9 @@ from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.translation import get_language
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -59,8 +62,8 @@ def _entry(request, *, platform: str, study_id: int, device: str | None):
     if study is None:
         return _message(
             request,
-            title="Link not valid",
-            message="This study does not exist.",
+            title=_("Link not valid"),
+            message=_("This study does not exist."),
             status=404,
             frameable=frameable,
         )
@@ -68,32 +71,35 @@ def _entry(request, *, platform: str, study_id: int, device: str | None):
     if device not in DEVICES:
         return _message(
             request,
-            title="Link not valid",
-            message="This link names an unknown device.",
+            title=_("Link not valid"),
+            message=_("This link names an unknown device."),
             status=404,
             frameable=frameable,
         )
     try:
         entry = adapter.parse_entry(study=study, device=device, params=request.GET)
     except EntryRefused as exc:
-        return _message(request, title="Link not valid", message=str(exc), status=400, frameable=frameable)
+        return _message(request, title=_("Link not valid"), message=str(exc), status=400, frameable=frameable)
     except PlatformUnavailable:
         return _message(
             request,
-            title="Please try again",
-            message="The platform could not confirm your assignment right now. Please reload this page in a minute.",
+            title=_("Please try again"),
+            message=_(
+                "The platform could not confirm your assignment right now. Please reload this page in a minute."
+            ),
             status=503,
             frameable=frameable,
         )
     if entry.is_preview:
         return _message(
             request,
-            title="Preview: click on objects in images",
-            message=(
-                f"You will see {study.batch_size} images. For each, look at the image, then at the object shown, "
-                f"then click once on that object. At least {study.min_valid_per_session} of {study.batch_size} "
-                "clicks must be on the object. Accept the task to start."
-            ),
+            title=_("Preview: click on objects in images"),
+            message=_(
+                "You will see %(batch)s images. For each, look at the image, then at the object shown, then click "
+                "once on that object. At least %(valid)s of %(batch)s clicks must be on the object. Accept the "
+                "task to start."
+            )
+            % {"batch": study.batch_size, "valid": study.min_valid_per_session},
             status=200,
             frameable=frameable,
         )
@@ -118,7 +124,9 @@ def _entry(request, *, platform: str, study_id: int, device: str | None):
             platform_batch_id=entry.external_batch_id,
         )
     except SessionStartRefused as exc:
-        return _message(request, title="No task available", message=str(exc), status=409, frameable=frameable)
+        return _message(
+            request, title=_("No task available"), message=str(exc), status=409, frameable=frameable
+        )
     if entry.return_info and any(
         (session.platform_state or {}).get(k) != v for k, v in entry.return_info.items()
     ):
@@ -158,48 +166,62 @@ def platform_exit(request, token: str):
     try:
         session_id = session_token_read(token=token)
     except TokenInvalid as exc:
-        return _message(request, title="Link not valid", message=str(exc), status=404)
+        return _message(request, title=_("Link not valid"), message=str(exc), status=404)
     session = Session.objects.select_related("study").filter(pk=session_id).first()
     if session is None or session.status != Session.Status.FINISHED:
         return _message(
             request,
-            title="Not finished",
-            message="This batch is not finished yet: go back to the task.",
+            title=_("Not finished"),
+            message=_("This batch is not finished yet: go back to the task."),
             status=409,
         )
     action = get_adapter(session.study.platform).finish_action(session=session)
     if action.kind == "redirect":
         # The code first, then the redirect: if the redirect fails the participant still has the code.
         html = format_html(
-            "<!doctype html><html><head><meta charset='utf-8'><title>Thank you!</title>"
+            "<!doctype html><html lang='{}'><head><meta charset='utf-8'><title>{}</title>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             "<meta http-equiv='refresh' content='{};url={}'></head><body>"
-            "<main class='message'><h1>Thank you!</h1><p>Your completion code: <strong id='completion-code'>{}"
-            "</strong></p><p>Write it down: you are taken back to the platform in a few seconds. If that does "
-            "not happen, <a id='platform-return' href='{}'>continue here</a>, or enter the code on the platform."
-            "</p></main></body></html>",
+            "<main class='message'><h1>{}</h1><p>{} <strong id='completion-code'>{}"
+            "</strong></p><p>{}</p></main></body></html>",
+            get_language(),
+            _("Thank you!"),
             REDIRECT_AFTER_S,
             action.url,
+            _("Thank you!"),
+            _("Your completion code:"),
             action.code,
-            action.url,
+            format_html(
+                _(
+                    "Write it down: you are taken back to the platform in a few seconds. If that does not "
+                    "happen, {link_start}continue here{link_end}, or enter the code on the platform."
+                ),
+                link_start=format_html("<a id='platform-return' href='{}'>", action.url),
+                link_end=mark_safe("</a>"),
+            ),
         )
         return _html(html)
     if action.kind == "auto_post":
         inputs = format_html_join("", '<input type="hidden" name="{}" value="{}">', action.fields.items())
         html = format_html(
-            "<!doctype html><html><head><meta charset='utf-8'><title>Submitting</title></head><body>"
+            "<!doctype html><html lang='{}'><head><meta charset='utf-8'><title>{}</title></head><body>"
             "<form id='platform-submit' method='post' action='{}'>{}"
-            "<p>Your code: <strong>{}</strong></p><button type='submit'>Submit the task</button></form>"
+            "<p>{} <strong>{}</strong></p><button type='submit'>{}</button></form>"
             "<script>document.getElementById('platform-submit').submit();</script></body></html>",
+            get_language(),
+            _("Submitting"),
             action.url,
             inputs,
+            _("Your code:"),
             action.code,
+            _("Submit the task"),
         )
         return _html(html)
     return _message(
         request,
-        title="Thank you!",
-        message=f"Your completion code: {action.code}. Copy it into the task on the platform and submit.",
+        title=_("Thank you!"),
+        message=_("Your completion code: %(code)s. Copy it into the task on the platform and submit.")
+        % {"code": action.code},
         status=200,
     )
 

@@ -166,10 +166,10 @@ def session_from_token(token: str) -> Session:
     try:
         session_id = session_token_read(token=token)
     except TokenInvalid:
-        raise Http404("task link not valid") from None
+        raise Http404(_("task link not valid")) from None
     session = Session.objects.select_related("study").filter(pk=session_id).first()
     if session is None:
-        raise Http404("session not found")
+        raise Http404(_("session not found"))
     return session
 
 

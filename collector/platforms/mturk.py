@@ -23,6 +23,7 @@ from xml.sax.saxutils import escape
 
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .base import (
     Entry,
@@ -188,7 +189,7 @@ class MTurkAdapter(PlatformAdapter):
         worker = (params.get("workerId") or "").strip()[:200]
         submit_to = (params.get("turkSubmitTo") or "").strip().rstrip("/")
         if not worker:
-            raise EntryRefused("This link is missing your MTurk worker id. Open the HIT again from MTurk.")
+            raise EntryRefused(_("This link is missing your MTurk worker id. Open the HIT again from MTurk."))
         parts = urlsplit(submit_to)
         origin = f"{parts.scheme}://{parts.netloc}"
         if (
@@ -197,7 +198,7 @@ class MTurkAdapter(PlatformAdapter):
             or parts.path not in ("", "/")
         ):
             raise EntryRefused(
-                "This link does not come from MTurk (turkSubmitTo). Open the HIT again from MTurk."
+                _("This link does not come from MTurk (turkSubmitTo). Open the HIT again from MTurk.")
             )
         return Entry(
             platform=self.name,

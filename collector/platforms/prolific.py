@@ -17,6 +17,7 @@ from decimal import Decimal
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from .base import Entry, EntryRefused, FinishAction, PlatformAdapter, PlatformNotSupported, register_adapter
 
@@ -51,13 +52,15 @@ class ProlificAdapter(PlatformAdapter):
         )
         if not worker or not submission:
             raise EntryRefused(
-                "This link is missing your Prolific details (PROLIFIC_PID and SESSION_ID). Open the study "
-                "again from Prolific."
+                _(
+                    "This link is missing your Prolific details (PROLIFIC_PID and SESSION_ID). Open the study "
+                    "again from Prolific."
+                )
             )
         expected = str((study.platform_config or {}).get("prolific_study_id", "")).strip()
         if expected and prolific_study != expected:
             raise EntryRefused(
-                "This link belongs to another Prolific study. Open the study again from Prolific."
+                _("This link belongs to another Prolific study. Open the study again from Prolific.")
             )
         return Entry(
             platform=self.name,

@@ -22,6 +22,7 @@ import httpx
 from django.conf import settings
 from django.core import signing
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .base import (
     Entry,
@@ -107,9 +108,9 @@ def batch_token_read(*, token: str) -> dict:
     try:
         payload = signing.loads(token, salt=_BATCH_SALT)
     except signing.BadSignature:
-        raise EntryRefused("This task link is not valid. Open the task again from Toloka.") from None
+        raise EntryRefused(_("This task link is not valid. Open the task again from Toloka.")) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("pool"), int):
-        raise EntryRefused("This task link is not valid. Open the task again from Toloka.")
+        raise EntryRefused(_("This task link is not valid. Open the task again from Toloka."))
     return payload
 
 
@@ -285,7 +286,7 @@ class TolokaAdapter(PlatformAdapter):
         batch = batch_token_read(token=params.get("batch", ""))
         pool = PlatformPool.objects.filter(pk=batch["pool"], campaign__study=study).first()
         if batch.get("study") != study.pk or pool is None or pool.device != device:
-            raise EntryRefused("This task link belongs to another task. Open the task again from Toloka.")
+            raise EntryRefused(_("This task link belongs to another task. Open the task again from Toloka."))
         assignment_id = params.get("toloka_assignment", "").strip()
         if not assignment_id or assignment_id in ("undefined", "null"):
             return Entry(self.name, "", "", pool.external_id, True, device)
@@ -300,16 +301,16 @@ class TolokaAdapter(PlatformAdapter):
             raise
         except PlatformError:
             raise EntryRefused(
-                "Toloka does not know this assignment. Open the task again from Toloka."
+                _("Toloka does not know this assignment. Open the task again from Toloka.")
             ) from None
         if assignment.pool_id != pool.external_id:
-            raise EntryRefused("This assignment belongs to another task. Open the task again from Toloka.")
+            raise EntryRefused(_("This assignment belongs to another task. Open the task again from Toloka."))
         if (
             str(assignment.status.value if hasattr(assignment.status, "value") else assignment.status)
             != "ACTIVE"
         ):
             raise EntryRefused(
-                "This assignment is no longer active on Toloka (submitted, expired or skipped)."
+                _("This assignment is no longer active on Toloka (submitted, expired or skipped).")
             )
         return Entry(
             platform=self.name,

@@ -42,6 +42,7 @@ from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from PIL import Image as PILImage
 
 from benchmark.metrics import iou
@@ -64,7 +65,9 @@ BOX_WORK_LONG_SIDE_PX = 320
 
 
 class CorrectiveRefused(Exception):
-    """The request cannot be carried out; ``status`` is the HTTP status the API answers with."""
+    """The request cannot be carried out; ``status`` is the HTTP status the API answers with. The player shows
+    the message to the worker: refusals of a state (409) are translated; 400s answer a client that broke the
+    API's contract and stay in English."""
 
     def __init__(self, message: str, *, status: int = 409):
         super().__init__(message)
@@ -147,11 +150,13 @@ def _locked_item(*, session: Session, item_id) -> CorrectiveItem:
     locked_session = item.session
     if locked_session.status != Session.Status.STARTED:
         raise CorrectiveRefused(
-            f"session {locked_session.pk} is {locked_session.status}; it takes no more work."
+            _("session %(session)s is %(status)s; it takes no more work.")
+            % {"session": locked_session.pk, "status": locked_session.status}
         )
     if locked_session.expires_at <= timezone.now():
         raise CorrectiveRefused(
-            f"session {locked_session.pk} expired at {locked_session.expires_at:%H:%M:%S} UTC."
+            _("session %(session)s expired at %(time)s UTC.")
+            % {"session": locked_session.pk, "time": f"{locked_session.expires_at:%H:%M:%S}"}
         )
     return item
 
@@ -160,12 +165,14 @@ def _require_clicking(item: CorrectiveItem) -> None:
     if item.state == CorrectiveItem.State.CLICKING:
         return
     reasons = {
-        CorrectiveItem.State.UPDATING: "the model is updating its mask; wait for the next round",
-        CorrectiveItem.State.DONE: "it is done",
-        CorrectiveItem.State.SKIPPED: "it was skipped (mask is fine)",
-        CorrectiveItem.State.FAILED: f"its model update failed ({item.error})",
+        CorrectiveItem.State.UPDATING: _("the model is updating its mask; wait for the next round"),
+        CorrectiveItem.State.DONE: _("it is done"),
+        CorrectiveItem.State.SKIPPED: _("it was skipped (mask is fine)"),
+        CorrectiveItem.State.FAILED: _("its model update failed (%(error)s)") % {"error": item.error},
     }
-    raise CorrectiveRefused(f"item {item.pk} takes no clicks: {reasons[item.state]}.")
+    raise CorrectiveRefused(
+        _("item %(item)s takes no clicks: %(reason)s.") % {"item": item.pk, "reason": reasons[item.state]}
+    )
 
 
 def _round_clicks(item: CorrectiveItem, round_number: int):
@@ -232,7 +239,10 @@ def corrective_click_record(
         placed = _round_clicks(item, item.round).filter(undone=False).count()
         if placed >= budget:
             raise CorrectiveRefused(
-                f"round {item.round} of item {item.pk} already has its {budget} click(s); undo one or submit the round."
+                _(
+                    "round %(round)s of item %(item)s already has its %(budget)s click(s); undo one or submit the round."
+                )
+                % {"round": item.round, "item": item.pk, "budget": budget}
             )
         if item.round == 0 and not is_positive:
             raise CorrectiveRefused("the first click must be positive: click on the object.", status=400)
@@ -276,7 +286,7 @@ def corrective_click_undo(*, session: Session, item_id, idempotency_key: str) ->
         _require_clicking(item)
         latest = _round_clicks(item, item.round).filter(undone=False).order_by("-order").first()
         if latest is None or latest.pk != click.pk:
-            raise CorrectiveRefused("only the latest click of the current round can be undone.")
+            raise CorrectiveRefused(_("only the latest click of the current round can be undone."))
         click.undone = True
         click.save(update_fields=["undone"])
     return click
@@ -316,11 +326,15 @@ def corrective_round_submit(
         ):
             return item  # already submitted (a retried request)
         if round_number != item.round:
-            raise CorrectiveRefused(f"item {item.pk} is in round {item.round}, not {round_number}.")
+            raise CorrectiveRefused(
+                _("item %(item)s is in round %(round)s, not %(sent)s.")
+                % {"item": item.pk, "round": item.round, "sent": round_number}
+            )
         _require_clicking(item)
         if not _round_clicks(item, item.round).filter(undone=False).exists():
             raise CorrectiveRefused(
-                f"round {item.round} of item {item.pk} has no clicks; click first, or press skip / done."
+                _("round %(round)s of item %(item)s has no clicks; click first, or press skip / done.")
+                % {"round": item.round, "item": item.pk}
             )
         fields = _record_time(item, round_ms=round_ms)
         item.state = CorrectiveItem.State.UPDATING
@@ -359,7 +373,8 @@ def _item_end(*, session: Session, item_id, state: str, round_ms) -> CorrectiveI
         _require_clicking(item)
         if item.current_mask_id is None:
             raise CorrectiveRefused(
-                f"item {item.pk} has no mask yet: place the first click on the object before skipping."
+                _("item %(item)s has no mask yet: place the first click on the object before skipping.")
+                % {"item": item.pk}
             )
         fields = _record_time(item, round_ms=round_ms)
         item.state = state

@@ -35,6 +35,7 @@ import logging
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from collector.models import Session, Trial
 
@@ -62,13 +63,15 @@ def session_work_check(*, session: Session, now=None) -> None:
     now = now or timezone.now()
     if session.status == Session.Status.FINISHED:
         raise PresentationRefused(
-            "This batch is already finished (perhaps in another tab or window). Thank you! Nothing more to do "
-            "here.",
+            _(
+                "This batch is already finished (perhaps in another tab or window). Thank you! Nothing more to "
+                "do here."
+            ),
             reason="session_finished",
         )
     if session.status == Session.Status.EXPIRED or session.expires_at <= now:
         raise PresentationRefused(
-            "This batch expired before it was finished. Open the task again to get a new batch.",
+            _("This batch expired before it was finished. Open the task again to get a new batch."),
             reason="session_expired",
         )
 
@@ -108,7 +111,7 @@ def trial_presented_record(*, session: Session, position: int, presentation_id: 
             raise ValueError(f"session {locked.pk} has no trial at position {position!r}.")
         if hasattr(trial, "click"):
             raise PresentationRefused(
-                "This image was already answered (perhaps in another tab or window); continue there.",
+                _("This image was already answered (perhaps in another tab or window); continue there."),
                 reason="trial_done",
             )
         shown = list(trial.presentations or [])

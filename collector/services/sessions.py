@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from collector.models import Click, Round, Session, Study, Trial, Worker
 from collector.services.codes import completion_code_make
@@ -41,18 +43,21 @@ MAX_PROBLEMS = 50
 #: A click may arrive this much sooner than phases A + B + C after the trial's ``presented`` report
 #: (timer and frame granularity, and the report's own time on the wire).
 CLICK_EARLY_TOLERANCE_MS = 250
-NO_ROUND_MESSAGE = (
+NO_ROUND_MESSAGE = gettext_lazy(
     "There are no tasks available right now (the current round is complete). Please try again later."
 )
 
 
 class SessionStartRefused(Exception):
-    """No session can be started; the message is meant for the worker (shown on the entry page)."""
+    """No session can be started; the message is meant for the worker (shown on the entry page), in the
+    request's language (raise it with an evaluated ``gettext`` string)."""
 
 
 class ClickRefused(Exception):
     """The click cannot be stored; the message names the field or state at fault, ``field`` the field (or
-    None for a state), ``reason`` is a machine-readable code."""
+    None for a state), ``reason`` is a machine-readable code. The player shows the message to the worker:
+    refusals of a state (any ``reason`` but ``invalid``) are translated; ``invalid`` ones answer a client
+    that broke the API's contract and stay in English, like the parser's and the serializers' messages."""
 
     def __init__(self, message: str, *, reason: str = "invalid", field: str | None = None):
         super().__init__(message)
@@ -75,15 +80,16 @@ class SessionFinishRefused(Exception):
 def _check_start(*, study: Study, worker: Worker, device: str) -> None:
     if device not in DEVICES:
         raise SessionStartRefused(
-            f"device {device!r} is not supported; it must be one of {', '.join(DEVICES)}."
+            _("device %(device)s is not supported; it must be one of %(devices)s.")
+            % {"device": repr(device), "devices": ", ".join(DEVICES)}
         )
     if study.state != Study.State.PUBLISHED:
         raise SessionStartRefused(
-            "This task is not open at the moment (the study is "
-            f"{study.get_state_display().lower()}). Please try again later."
+            _("This task is not open at the moment (the study is %(state)s). Please try again later.")
+            % {"state": study.get_state_display().lower()}
         )
     if worker.excluded:
-        raise SessionStartRefused("You cannot take part in this study any more.")
+        raise SessionStartRefused(_("You cannot take part in this study any more."))
 
 
 def _resumable_session(*, study: Study, worker: Worker, platform_assignment_id: str) -> Session | None:
@@ -136,13 +142,13 @@ def session_start(
             return existing
         open_round = study_open_round(study=study)
         if open_round is None:
-            raise SessionStartRefused(NO_ROUND_MESSAGE)
+            raise SessionStartRefused(str(NO_ROUND_MESSAGE))
         targets = allocate_targets(round=open_round, worker=worker, device=device, count=study.batch_size)
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
-            raise SessionStartRefused(NO_ROUND_MESSAGE)  # closed by a validation while this start waited
+            raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
             raise SessionStartRefused(
-                "There are no images left for you in this study. Thank you for your interest!"
+                _("There are no images left for you in this study. Thank you for your interest!")
             )
         now = timezone.now()
         session = Session.objects.create(
@@ -293,15 +299,21 @@ def _check_click_timing(*, trial: Trial, study: Study, event_timestamp_ms, onset
         if now < earliest:
             early_ms = (earliest - now).total_seconds() * 1000 + CLICK_EARLY_TOLERANCE_MS
             raise ClickRefused(
-                f"the click for trial {trial.position} arrived {early_ms:.0f} ms before its phase D could "
-                f"start ({abc_ms} ms after the trial was presented); clicks are taken only in phase D.",
+                _(
+                    "the click for trial %(position)s arrived %(early_ms)s ms before its phase D could start "
+                    "(%(abc_ms)s ms after the trial was presented); clicks are taken only in phase D."
+                )
+                % {"position": trial.position, "early_ms": f"{early_ms:.0f}", "abc_ms": abc_ms},
                 reason="click_too_early",
             )
     onset_d = onsets.get("D")
     if event_timestamp_ms is not None and onset_d is not None and event_timestamp_ms < onset_d:
         raise ClickRefused(
-            f"event_timestamp_ms={event_timestamp_ms} is before phase D's onset {onset_d} "
-            "(phase_onsets_ms.D); clicks are taken only in phase D.",
+            _(
+                "event_timestamp_ms=%(event_ms)s is before phase D's onset %(onset_ms)s (phase_onsets_ms.D); "
+                "clicks are taken only in phase D."
+            )
+            % {"event_ms": event_timestamp_ms, "onset_ms": onset_d},
             reason="click_before_phase_d",
             field="event_timestamp_ms",
         )
@@ -322,7 +334,7 @@ def _insert_click(*, click: Click, trial_fields: dict) -> int | None:
     )
     trial_meta = Trial._meta
     updates = [(trial_meta.get_field(name), value) for name, value in trial_fields.items()]
-    assignments = ", ".join(f"{ops.quote_name(field.column)} = %s" for field, _ in updates)
+    assignments = ", ".join(f"{ops.quote_name(field.column)} = %s" for field, _value in updates)
     update_values = [field.get_db_prep_save(value, connection) for field, value in updates]
     trial_table = ops.quote_name(trial_meta.db_table)
     with connection.cursor() as cursor:
@@ -431,22 +443,25 @@ def click_ingest(  # noqa: C901
     now = timezone.now()
     if session.status != Session.Status.STARTED:
         raise ClickRefused(
-            f"session {session.pk} is {session.status}; it takes no more clicks.", reason="session_closed"
+            _("session %(session)s is %(status)s; it takes no more clicks.")
+            % {"session": session.pk, "status": session.status},
+            reason="session_closed",
         )
     if session.expires_at <= now:
         raise ClickRefused(
-            f"session {session.pk} expired at {session.expires_at:%H:%M:%S} UTC.", reason="session_expired"
+            _("session %(session)s expired at %(time)s UTC.")
+            % {"session": session.pk, "time": f"{session.expires_at:%H:%M:%S}"},
+            reason="session_expired",
         )
     if trial is None:
         raise ClickRefused(
-            f"session {session.pk} has no trial at position {position!r}.",
+            _("session %(session)s has no trial at position %(position)s.")
+            % {"session": session.pk, "position": repr(position)},
             reason="no_trial",
             field="position",
         )
     if trial.click_pk is not None:
-        raise ClickRefused(
-            f"trial {position} of session {session.pk} already has its click.", reason="trial_done"
-        )
+        raise ClickRefused(_trial_done_message(position, session.pk), reason="trial_done")
     _check_click_timing(
         trial=trial,
         study=session.study,
@@ -469,9 +484,7 @@ def click_ingest(  # noqa: C901
         # Lost a race: the same key (a concurrent retry, or a key of another session) or another click here.
         winner = Click.objects.filter(idempotency_key=key).select_related("trial").first()
         if winner is None:
-            raise ClickRefused(
-                f"trial {position} of session {session.pk} already has its click.", reason="trial_done"
-            )
+            raise ClickRefused(_trial_done_message(position, session.pk), reason="trial_done")
         if winner.trial_id != trial.pk:
             raise _key_reused(position)
         return _receipt(winner.pk, trial, trials, created=False)
@@ -493,9 +506,17 @@ def _receipt(click_id: int, trial: Trial, trials: list[Trial], *, created: bool)
     )
 
 
+def _trial_done_message(position: int, session_id: int) -> str:
+    return _("trial %(position)s of session %(session)s already has its click.") % {
+        "position": position,
+        "session": session_id,
+    }
+
+
 def _key_reused(position: int) -> ClickRefused:
     return ClickRefused(
-        f"idempotency_key is already used by another trial; send a new key for trial {position}.",
+        _("idempotency_key is already used by another trial; send a new key for trial %(position)s.")
+        % {"position": position},
         reason="key_reused",
         field="idempotency_key",
     )
@@ -572,19 +593,26 @@ def session_finish(*, session_id: int) -> Session:
             return session
         if session.status != Session.Status.STARTED:
             raise SessionFinishRefused(
-                f"session {session.pk} is {session.status}; it can no longer be finished. "
-                "Open the task again to get a new batch."
+                _(
+                    "session %(session)s is %(status)s; it can no longer be finished. "
+                    "Open the task again to get a new batch."
+                )
+                % {"session": session.pk, "status": session.status}
             )
         missing = session_missing_positions(session=session)
         if missing and session.expires_at <= timezone.now():
             # No click can be added any more, so asking the browser to replay trials would loop.
             raise SessionFinishRefused(
-                f"session {session.pk} expired at {session.expires_at:%H:%M:%S} UTC before all clicks arrived; "
-                "open the task again to get a new batch."
+                _(
+                    "session %(session)s expired at %(time)s UTC before all clicks arrived; "
+                    "open the task again to get a new batch."
+                )
+                % {"session": session.pk, "time": f"{session.expires_at:%H:%M:%S}"}
             )
         if missing:
             raise SessionFinishRefused(
-                f"session {session.pk} still lacks clicks for trial(s) {', '.join(map(str, missing))}.",
+                _("session %(session)s still lacks clicks for trial(s) %(positions)s.")
+                % {"session": session.pk, "positions": ", ".join(map(str, missing))},
                 missing_positions=missing,
             )
         session.status = Session.Status.FINISHED

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core import signing
+from django.utils.translation import gettext as _
 
 _SESSION_SALT = "clicklab.annotator.session.v1"
 _STUDY_LINK_SALT = "clicklab.study.link.v1"
 
 
 class TokenInvalid(Exception):
-    """The token is malformed, forged, for another purpose, or expired."""
+    """The token is malformed, forged, for another purpose, or expired; the message is for the worker."""
 
 
 def session_token_make(*, session_id: int) -> str:
@@ -27,11 +28,11 @@ def session_token_read(*, token: str, max_age_s: int | None = None) -> int:
     try:
         payload = signing.loads(token, salt=_SESSION_SALT, max_age=age)
     except signing.SignatureExpired:
-        raise TokenInvalid("this task link has expired; open the task again from the platform.") from None
+        raise TokenInvalid(_("this task link has expired; open the task again from the platform.")) from None
     except signing.BadSignature:
-        raise TokenInvalid("this task link is not valid; open the task again from the platform.") from None
+        raise TokenInvalid(_("this task link is not valid; open the task again from the platform.")) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("s"), int):
-        raise TokenInvalid("this task link is not valid; open the task again from the platform.")
+        raise TokenInvalid(_("this task link is not valid; open the task again from the platform."))
     return payload["s"]
 
 
@@ -44,7 +45,7 @@ def study_link_token_read(*, token: str) -> dict:
     try:
         payload = signing.loads(token, salt=_STUDY_LINK_SALT)
     except signing.BadSignature:
-        raise TokenInvalid("this study link is not valid; ask the researcher for a new link.") from None
+        raise TokenInvalid(_("this study link is not valid; ask the researcher for a new link.")) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("study"), int):
-        raise TokenInvalid("this study link is not valid; ask the researcher for a new link.")
+        raise TokenInvalid(_("this study link is not valid; ask the researcher for a new link."))
     return payload

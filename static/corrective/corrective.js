@@ -193,7 +193,7 @@
     return new Promise(function (resolve, reject) {
       var image = new Image();
       image.onload = function () { resolve(image); };
-      image.onerror = function () { reject(new Error("could not load " + url)); };
+      image.onerror = function () { reject(new Error(interpolate(gettext("could not load %s"), [url]))); };
       image.src = url;
     });
   }
