@@ -137,3 +137,19 @@ def test_every_top_level_package_has_a_rule():
         f"{missing} have no row in docs/architecture.md's 'Layout and boundaries' table: add one, with what "
         "it may import, and its rule to MAY_IMPORT in tests/config/test_layers.py."
     )
+
+
+def import_matrix() -> dict[str, dict[str, int]]:
+    """package -> {imported project package: names imported from it}: what the code does, for the table."""
+    matrix = {}
+    for package in MAY_IMPORT:
+        counts: dict[str, int] = {}
+        for ref in _project_imports(package):
+            counts[ref.top] = counts.get(ref.top, 0) + 1
+        matrix[package] = dict(sorted(counts.items()))
+    return matrix
+
+
+if __name__ == "__main__":  # python -m tests.config.test_layers
+    for package, imported in import_matrix().items():
+        print(f"{package:14} -> {', '.join(f'{name} ({count})' for name, count in imported.items()) or '-'}")
