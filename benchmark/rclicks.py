@@ -24,6 +24,7 @@ import pandas as pd
 from PIL import Image
 
 from benchmark.datasets import Dataset, Sample, SampleKey, limited_size
+from benchmark.stems import CLICK_TYPES, DEVICES
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +41,6 @@ CLICKS_COLUMNS = (
     "w",
     "h",
 )
-CLICK_TYPES = ("first", "fn", "fp")
-DEVICES = ("pc", "mobile")
 _INT_COLUMNS = ("x", "y", "w", "h")
 
 

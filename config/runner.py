@@ -6,7 +6,7 @@ Needs ``DATABASE_URL`` (PostgreSQL), ``CELERY_BROKER_URL`` (Redis) and ``SECRET_
 ``collectstatic`` (WhiteNoise's compressed, hashed copies), then starts and watches:
 
 - ``web``: gunicorn serving ``config.wsgi`` (gthread workers; ``WEB_CONCURRENCY`` / ``--web-workers``);
-- ``worker-default``: Celery on the ``default`` queue (validation, stimuli, platform sync, exports);
+- ``worker-default``: Celery on the ``default`` queue (validation, stimuli, platform sync, session expiry);
 - ``worker-models``: Celery on the ``models`` queue, one process (segmenters);
 - ``beat``: Celery beat (session expiry, platform sync, requeues, outbox relay task);
 - ``relay``: ``manage.py outbox_relay``, sending task intents the broker refused (the workers run the same

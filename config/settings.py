@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "collector",
     "annotation_ui",
     "evaluation",
+    "exports",
 ]
 
 MIDDLEWARE = [

@@ -42,6 +42,7 @@ from PIL import Image as PILImage
 from tqdm import tqdm
 
 from benchmark.rclicks import CLICKS_COLUMNS
+from benchmark.stems import FullStemError, full_stem_check
 from exports.selectors import (
     ExportError,
     ExportTarget,
@@ -51,7 +52,6 @@ from exports.selectors import (
     studies_for_export,
     study_session_counts,
 )
-from exports.stems import FullStemError, full_stem_check
 
 logger = logging.getLogger(__name__)
 

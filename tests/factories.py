@@ -121,8 +121,8 @@ def make_correction_target(
     from django.core.files.base import ContentFile
     from django.core.files.storage import default_storage
 
+    from benchmark.stems import full_stem_build
     from collector.models import Target
-    from exports.stems import full_stem_build
 
     image = instance.image
     stem = full_stem or full_stem_build(

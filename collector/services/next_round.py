@@ -62,11 +62,11 @@ from django.utils import timezone
 from PIL import Image as PILImage
 
 from benchmark.metrics import iou
+from benchmark.stems import full_stem_build
 from collector.models import Click, Image, Instance, Round, Session, Study, Target
 from collector.selectors.segmenters import study_segmenter_keys
 from collector.services.datasets import mask_png_bytes
 from collector.services.outbox import task_intent_add
-from exports.stems import full_stem_build
 from segmenters.base import Click as SegClick
 from segmenters.base import Predictor, SegmenterError
 from segmenters.cache import EmbeddingCache

@@ -15,6 +15,7 @@ from PIL import Image as PILImage
 from scipy import ndimage
 
 from benchmark.metrics import iou
+from benchmark.stems import full_stem_check
 from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import (
@@ -25,7 +26,6 @@ from collector.services.next_round import (
     round_build_retry,
     rounds_awaiting_build,
 )
-from exports.stems import full_stem_check
 from segmenters.base import Embedding, Prediction, Predictor
 from segmenters.checkpoints import file_sha256, parse_checkpoint_table, resolve_checkpoint
 from segmenters.registry import register, unregister

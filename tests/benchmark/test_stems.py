@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exports.stems import FullStemError, full_stem_build, full_stem_check
+from benchmark.stems import FullStemError, full_stem_build, full_stem_check
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,8 @@
 """Admin actions on studies: download the RClicks zip or the full-fidelity export of the selection.
 
+Added to the study list by ``collector.admin.study_admin_actions_add`` (after the study's own actions, before
+the platform's), so the domain's admin never imports the exports.
+
 The same per-study rule as everywhere (``collector.selectors.permissions.studies_visible_to``) is
 applied to every selected study; one the user may not see refuses the whole download.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import FileResponse
 
+from collector.admin import study_admin_actions_add
 from collector.selectors.permissions import studies_visible_to
 from exports.archive import full_file_write, rclicks_zip_write
 from exports.full import default_format
@@ -58,3 +62,6 @@ def download_full_export(modeladmin, request, queryset):
         modeladmin.message_user(request, f"Export failed: {exc}", messages.ERROR)
         return None
     return FileResponse(handle, as_attachment=True, filename=f"{_name(ids)}-full.{format}")
+
+
+study_admin_actions_add(download_rclicks_zip, download_full_export)

@@ -4,8 +4,11 @@ Round 1: ``<image_stem>`` for a single-object mask, ``<image_stem>_______<object
 underscores) for a multi-object one. Later rounds: ``<round-1 stem>_<model>_<fn|fp>``, followed by
 ``_<device>_<k>`` when the previous mask came from one first-round click (device, index k).
 
-The exporter never cuts a ``full_stem`` apart (protocol §8 item 8): the explicit columns come from the
-database; the grammar is only used to check that the stored key matches them.
+Pure Python, no Django: the next-round build (``collector.services.next_round``) names its targets with
+:func:`full_stem_build`, the RClicks export (``exports.rclicks``) checks the stored keys with
+:func:`full_stem_check`, and a researcher can name masks of their own the same way. Nobody cuts a
+``full_stem`` apart (protocol §8 item 8): the explicit columns come from the database or the CSV; the grammar
+is only used to build a key and to check that a stored key matches them.
 """
 
 from __future__ import annotations
