@@ -195,19 +195,25 @@ def click(request, token: str):
     )
 
 
-def _item_action(request, token: str, action, *required: str, **fixed):
+def _item_action(request, token: str, action, fields: dict | None = None, *, timed=True, item_id_of=None):
+    """One item's action: the body's ``item`` and ``fields`` (request field -> keyword of ``action``) are
+    required, ``round_ms`` is passed on when ``timed`` and present; answers the item's new state (the item
+    is ``item_id_of(result)``, by default the result's own id)."""
+    fields = fields or {}
     session = _corrective_session(token)
     try:
         data = _json_body(request)
-        _require(data, "item", *required)
+        _require(data, "item", *fields)
     except BadRequest as exc:
         return _error(str(exc), 400)
-    kwargs = {name: data[name] for name in required}
+    kwargs = {keyword: data[name] for name, keyword in fields.items()}
+    if timed:
+        kwargs.update(_optional(data))
     try:
-        item = action(session=session, item_id=data["item"], **kwargs, **fixed, **_optional(data))
+        result = action(session=session, item_id=data["item"], **kwargs)
     except CorrectiveRefused as exc:
         return _refused(exc, item=data.get("item"))
-    return _ok({"ok": True, "item": _item_state(item.pk, token)})
+    return _ok({"ok": True, "item": _item_state(item_id_of(result) if item_id_of else result.pk, token)})
 
 
 def _optional(data: dict) -> dict:
@@ -217,37 +223,14 @@ def _optional(data: dict) -> dict:
 @csrf_exempt
 @require_POST
 def undo(request, token: str):
-    session = _corrective_session(token)
-    try:
-        data = _json_body(request)
-        _require(data, "item", "idempotency_key")
-    except BadRequest as exc:
-        return _error(str(exc), 400)
-    try:
-        undone = corrective_click_undo(
-            session=session, item_id=data["item"], idempotency_key=data["idempotency_key"]
-        )
-    except CorrectiveRefused as exc:
-        return _refused(exc, item=data.get("item"))
-    return _ok({"ok": True, "item": _item_state(undone.item_id, token)})
+    return _item_action(request, token, corrective_click_undo, {"idempotency_key": "idempotency_key"},
+                        timed=False, item_id_of=lambda click: click.item_id)  # fmt: skip
 
 
 @csrf_exempt
 @require_POST
 def submit(request, token: str):
-    session = _corrective_session(token)
-    try:
-        data = _json_body(request)
-        _require(data, "item", "round")
-    except BadRequest as exc:
-        return _error(str(exc), 400)
-    try:
-        item = corrective_round_submit(
-            session=session, item_id=data["item"], round_number=data["round"], **_optional(data)
-        )
-    except CorrectiveRefused as exc:
-        return _refused(exc, item=data.get("item"))
-    return _ok({"ok": True, "item": _item_state(item.pk, token)})
+    return _item_action(request, token, corrective_round_submit, {"round": "round_number"})
 
 
 @csrf_exempt
