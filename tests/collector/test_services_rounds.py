@@ -81,9 +81,11 @@ def test_last_round_closes_without_a_build(tmp_path, django_capture_on_commit_ca
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_validations_close_the_round_exactly_once(tmp_path, published_builds):
+def test_concurrent_validations_close_the_round_exactly_once(tmp_path, published_builds, exclusive_broker):
     """Two batches that together fill the round, validated at the same moment on two connections: the
-    later one must see the earlier one's counters (else the round never closes) and only one closes it."""
+    later one must see the earlier one's counters (else the round never closes) and only one closes it.
+    (The suite's shared worker steps aside: it would otherwise validate the committed batches itself from
+    their finish messages, before this test purges them, and the build would be sent from its process.)"""
     study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True, quota_pc=2, quota_mobile=0)
     sessions = [make_validated_batch(study, validate=False) for _ in range(2)]
     purge_queues()  # the finish messages; this test validates in-process
