@@ -1,23 +1,33 @@
-"""Benchmark: click requests per second and their latency, the lean click path against the old one.
+"""Benchmark: sustained click requests per second and their latency, this tree against a baseline tree.
 
-Over HTTP, from client processes separate from the server: the current tree and an older git ref (default
-``83492fb``, before the lean click path) are each served by gunicorn (``--workers`` sync workers) on
-loopback against the same throw-away PostgreSQL database (``bench_<name>`` of DATABASE_URL, dropped at the
-end). Each server gets its own sessions (batches of 10 trials, presented 30 s ago, as the player reports
-them); ``--clients`` processes of ``--threads`` threads each play whole batches, one click request after
-the other, as the player's outbox does. Printed per server: clicks/s (wall clock), client-observed latency
-p50/p99, status counts, and the ratio new/old. PostgreSQL only (the production stack). Usage::
+Both trees are served as ``make prod`` serves the web process (gunicorn, ``config/gunicorn.py``, gthread
+workers; ``--web-workers`` x ``--web-threads``) on loopback, against one throw-away PostgreSQL database
+(``bench_<name>`` of DATABASE_URL, dropped at the end), DEBUG off, access log on (as in production, written to a
+file). The load generator is ``wrk`` (C, so the figure is the server's, not a Python client's), run with a Lua
+script that plays whole batches: every request is a new click (its own idempotency key) for the next trial of a
+session made for that server (sessions of 10 trials, presented 30 s ago, as the player reports them). Each server
+gets ``--rounds`` alternating runs of ``--duration`` seconds (old, new, old, new...: the machine is noisy, so the
+two are measured in the same minutes). Printed per run and as medians per server: clicks/s (2xx answers per
+second of wall clock), client-observed latency p50/p99 (wrk), server-side p50/p99 (the access log's request
+time), status counts; and the ratio new/old.
 
+The baseline is ``--old-ref`` (default ``d16832e``, main before the hand-written session read of the click
+path), checked out with ``git archive``. Goal of issue 16: >= 500 clicks/s with server-side p99 < 100 ms.
+
+    apt-get install wrk   # once
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/clicklab_ingest CELERY_BROKER_URL=redis://127.0.0.1:6379/2 \\
-        .venv/bin/python bench/bench_click_ingest.py [--clicks 2000] [--workers 2] [--clients 2] [--threads 8]
+        .venv/bin/python bench/bench_click_ingest.py [--duration 15] [--rounds 2] [--connections 64]
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import io
+import json
 import os
+import re
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -27,13 +37,63 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))  # shared with the servers: tokens must verify
+
+# One click per request; the session and position come from the request's number within its wrk thread, so the
+# threads never share a session and each session's trials are clicked once. Past the run's last session it
+# wraps around (those answers are 409 trial_done and are counted apart: make --sessions larger).
+LUA = r"""
+local tokens = {%(tokens)s}
+local n_threads = %(threads)d
+local threads = {}
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+function init(args)
+  -- a new key prefix per wrk run, and its own slice of the sessions (first, count), so no run repeats another's
+  -- idempotency keys or clicks another's trials
+  run, first, count = args[1], tonumber(args[2]), tonumber(args[3])
+  counter = 0
+  statuses = {}
+end
+function request()
+  local i = counter
+  counter = counter + 1
+  local s = first + (math.floor(i / 10) * n_threads + id) %% count + 1
+  local body = string.format(
+    '{"position":%%d,"idempotency_key":"%%s-%%d-%%d","x":10.5,"y":20.5,"shown_width":640,"shown_height":480,' ..
+    '"pointer_type":"mouse","reaction_ms":600,"event_timestamp_ms":9000.0,' ..
+    '"phase_onsets_ms":{"A":1,"B":2,"C":3,"D":4},"blocked_clicks":0,"flags":[],"refresh_hz":60}',
+    i %% 10, run, id, i)
+  return wrk.format("POST", "/api/annotator/" .. tokens[s] .. "/click",
+                    {["Content-Type"] = "application/json"}, body)
+end
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+function done(summary, latency, requests)
+  local merged = {}
+  for _, thread in ipairs(threads) do
+    for status, count in pairs(thread:get("statuses")) do
+      merged[tostring(status)] = (merged[tostring(status)] or 0) + count
+    end
+  end
+  local parts = {}
+  for status, count in pairs(merged) do table.insert(parts, string.format('"%%s":%%d', status, count)) end
+  io.write(string.format('RESULT {"duration_us":%%d,"p50_us":%%d,"p99_us":%%d,"errors":%%d,"statuses":{%%s}}\n',
+    summary.duration, latency:percentile(50), latency:percentile(99),
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    table.concat(parts, ",")))
+end
+"""
+
+ACCESS_MS = re.compile(r'"POST /api/annotator/\S+/click HTTP/1\.1" (\d{3}) .* (\d+)ms')
 
 
 def _free_port() -> int:
@@ -42,104 +102,109 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _play(args) -> tuple[list[float], Counter]:
-    """One client process: ``threads`` threads, each playing whole batches (10 click requests in order)."""
-    import threading
-
-    import requests
-
-    base_url, tokens, threads = args
-    latencies: list[float] = []
-    statuses: Counter = Counter()
-    lock = threading.Lock()
-    queue = list(tokens)
-
-    def run():
-        http = requests.Session()
-        while True:
-            with lock:
-                if not queue:
-                    return
-                token = queue.pop()
-            for position in range(10):
-                body = {
-                    "position": position, "idempotency_key": uuid.uuid4().hex, "x": 10.5, "y": 20.5,
-                    "shown_width": 640, "shown_height": 480, "pointer_type": "mouse", "reaction_ms": 600,
-                    "event_timestamp_ms": 9000.0, "phase_onsets_ms": {"A": 1, "B": 2, "C": 3, "D": 4},
-                    "blocked_clicks": 0, "flags": [], "refresh_hz": 60,
-                }  # fmt: skip
-                started = time.perf_counter()
-                try:
-                    status = http.post(
-                        f"{base_url}/api/annotator/{token}/click", json=body, timeout=60
-                    ).status_code
-                except requests.RequestException as exc:
-                    status = type(exc).__name__
-                elapsed = time.perf_counter() - started
-                with lock:
-                    latencies.append(elapsed)
-                    statuses[status] += 1
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return latencies, statuses
-
-
-def _serve(cwd: Path, port: int, workers: int, env: dict) -> subprocess.Popen:
+def _serve(tree: Path, port: int, args, env: dict, log: Path) -> subprocess.Popen:
+    """The web process as ``config.runner`` starts it (same gunicorn configuration file and worker class)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-         "--log-level", "warning"],
-        cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "gunicorn", "-c", str(tree / "config" / "gunicorn.py"), "config.wsgi:application",
+         "--bind", f"127.0.0.1:{port}", "--workers", str(args.web_workers), "--worker-class", "gthread",
+         "--threads", str(args.web_threads), "--timeout", "30", "--keep-alive", "5", "--log-level", "info"],
+        cwd=tree, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return process
         except OSError:
             if process.poll() is not None:
-                message = process.stderr.read().decode()[-2000:]
-                raise RuntimeError(f"gunicorn in {cwd} exited: {message}") from None
+                raise RuntimeError(f"gunicorn in {tree} exited; its log: {log}") from None
             time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"gunicorn in {cwd} did not listen on port {port} within 60 s")
+    os.killpg(process.pid, signal.SIGKILL)
+    raise RuntimeError(f"gunicorn in {tree} did not listen on port {port} within 90 s; its log: {log}")
 
 
-def _measure(label: str, base_url: str, tokens: list[str], clients: int, threads: int) -> dict:
-    shares = [tokens[index::clients] for index in range(clients)]
-    started = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        results = pool.map(_play, [(base_url, share, threads) for share in shares])
-    wall = time.perf_counter() - started
-    latencies = sorted(value for result in results for value in result[0])
-    statuses = sum((result[1] for result in results), Counter())
+def _stop(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _server_ms(log: Path, offset: int) -> list[int]:
+    """Request times (ms) of the click requests in the access log written after byte ``offset``."""
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        text = handle.read().decode("utf-8", "replace")
+    return [int(match.group(2)) for match in ACCESS_MS.finditer(text)]
+
+
+def _run_wrk(
+    label: str, url: str, script: Path, args, log: Path, sessions: range, *, duration: int | None = None
+) -> dict:
+    offset = log.stat().st_size
+    done = subprocess.run(
+        ["wrk", "-t", str(args.wrk_threads), "-c", str(args.connections), "-d", f"{duration or args.duration}s",
+         "--timeout", "10s", "-s", str(script), url, "--", uuid.uuid4().hex[:12],
+         str(sessions.start), str(len(sessions))],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    time.sleep(1.0)  # the access log is written after the response
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no RESULT line:\n{done.stdout}\n{done.stderr}")
+    result = json.loads(line[len("RESULT ") :])
+    if duration is not None:
+        return result  # a warm-up run: every worker process has imported the app and opened its connection
+    ok = sum(count for status, count in result["statuses"].items() if status.startswith("2"))
+    served = sorted(_server_ms(log, offset))
     figures = {
-        "rate": len(latencies) / wall,
-        "p50": statistics.median(latencies) * 1000,
-        "p99": latencies[int(0.99 * (len(latencies) - 1))] * 1000,
+        "rate": ok / (result["duration_us"] / 1e6),
+        "p50": result["p50_us"] / 1000,
+        "p99": result["p99_us"] / 1000,
+        "server_p50": statistics.median(served) if served else float("nan"),
+        "server_p99": served[int(0.99 * (len(served) - 1))] if served else float("nan"),
+        "statuses": result["statuses"],
+        "errors": result["errors"],
     }
     print(
-        f"{label:<28} {figures['rate']:7.1f} clicks/s   p50 {figures['p50']:6.1f} ms   p99 {figures['p99']:6.1f} ms   "
-        f"statuses {dict(statuses)}   ({len(latencies)} clicks in {wall:.1f} s)"
+        f"  {label:<24} {figures['rate']:7.1f} clicks/s   client p50 {figures['p50']:6.1f} ms  p99 "
+        f"{figures['p99']:7.1f} ms   server p50 {figures['server_p50']:5.0f} ms  p99 {figures['server_p99']:5.0f} ms"
+        f"   statuses {figures['statuses']}   socket errors {figures['errors']}",
+        flush=True,
     )
     return figures
 
 
-def main() -> None:
+def main() -> None:  # noqa: C901  (one linear script: set up, serve two trees, alternate, report, clean up)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clicks", type=int, default=2000, help="clicks per server (batches of 10)")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn sync workers per server")
-    parser.add_argument("--clients", type=int, default=2, help="client processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per client process")
-    parser.add_argument("--old-ref", default="83492fb", help="git ref of the old click path")
+    parser.add_argument("--duration", type=int, default=15, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs per server")
+    parser.add_argument("--connections", type=int, default=64, help="wrk connections (concurrent clients)")
+    parser.add_argument("--wrk-threads", type=int, default=2)
+    parser.add_argument("--web-workers", type=int, default=3, help="gunicorn workers (make prod's default)")
+    parser.add_argument("--web-threads", type=int, default=4, help="threads per worker (make prod's default)")
+    parser.add_argument(
+        "--sessions", type=int, default=2500, help="sessions (10 clicks each) per server, shared by its runs"
+    )
+    parser.add_argument("--old-ref", default="d16832e", help="git ref of the baseline tree")
     args = parser.parse_args()
+
+    if shutil.which("wrk") is None:
+        sys.exit("bench_click_ingest needs wrk (a C HTTP load generator): apt-get install wrk")
+    if subprocess.run(["git", "cat-file", "-e", args.old_ref], cwd=ROOT, capture_output=True).returncode:
+        sys.exit(
+            f"--old-ref {args.old_ref} is not in this clone's history; pass a ref that is (git log --oneline)"
+        )
 
     import django
 
     django.setup()
+    import logging
+
     from django.conf import settings
     from django.db import connection
     from django.test.utils import setup_test_environment
@@ -155,32 +220,48 @@ def main() -> None:
 
     if connection.vendor != "postgresql":
         sys.exit("bench_click_ingest needs PostgreSQL: set DATABASE_URL (see the module docstring).")
+    logging.disable(logging.INFO)  # the set-up's own "session started" lines
     setup_test_environment()
-    test_settings = settings.DATABASES["default"].setdefault("TEST", {})
-    test_settings["NAME"] = f"bench_{connection.settings_dict['NAME']}"
+    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"bench_{connection.settings_dict['NAME']}"
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     servers: list[subprocess.Popen] = []
+    work = Path(tempfile.mkdtemp(prefix="bench-click-ingest-"))
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = draw_dataset_folder(Path(tmp) / "bench", n_images=10, size=(160, 120))
-            dataset = dataset_import(path=folder, layout="folder", name="bench").dataset
+        folder = draw_dataset_folder(work / "dataset", n_images=10, size=(160, 120))
+        dataset = dataset_import(path=folder, layout="folder", name="bench").dataset
         study = study_publish(
-            study_id=study_create(name="bench-clicks", dataset=dataset, quota_pc=10**6, quota_mobile=10**6).pk
+            study_id=study_create(name="bench-clicks", dataset=dataset, quota_pc=10**7, quota_mobile=10**7).pk
         )
-        n_sessions = args.clicks // 10
+        started = time.perf_counter()
 
         def tokens() -> list[str]:
             made = []
-            for _ in range(n_sessions):
+            for _ in range(args.sessions):
                 worker = worker_get_or_create(platform="link", external_id=f"bench-{uuid.uuid4().hex}")
-                session = session_start(study=study, worker=worker, device="pc")
-                made.append(session_token_make(session_id=session.pk))
+                made.append(
+                    session_token_make(session_id=session_start(study=study, worker=worker, device="pc").pk)
+                )
             return made
 
-        old_tokens, new_tokens = tokens(), tokens()
+        trees = {"old": work / "old-tree", "new": ROOT}
+        scripts = {}
+        for name in trees:
+            script = work / f"{name}.lua"
+            script.write_text(
+                LUA
+                % {
+                    "tokens": ",".join(f'"{token}"' for token in tokens()),
+                    "threads": args.wrk_threads,
+                }
+            )
+            scripts[name] = script
         presented = [{"id": "bench", "at": (timezone.now() - timezone.timedelta(seconds=30)).isoformat()}]
         Trial.objects.update(presentations=presented)
+        print(f"set-up: {2 * args.sessions} sessions in {time.perf_counter() - started:.0f} s", flush=True)
 
+        archive = subprocess.run(["git", "archive", args.old_ref], cwd=ROOT, capture_output=True, check=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(trees["old"], filter="data")
         db = connection.settings_dict
         env = {
             **os.environ,
@@ -188,43 +269,57 @@ def main() -> None:
             "DEBUG": "false",
             "SECURE_SSL_REDIRECT": "false",
             "ALLOWED_HOSTS": "127.0.0.1",
+            "CLICKLAB_VAR_DIR": str(work / "var"),
         }
-        old_tree = Path(tempfile.mkdtemp(prefix="bench-old-tree-"))
-        archive = subprocess.run(
-            ["git", "archive", args.old_ref], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
-            tar.extractall(old_tree, filter="data")
-        old_port, new_port = _free_port(), _free_port()
-        servers.append(_serve(old_tree, old_port, args.workers, env))
-        servers.append(_serve(ROOT, new_port, args.workers, env))
+        urls, logs = {}, {}
+        for name, tree in trees.items():
+            port = _free_port()
+            logs[name] = work / f"{name}-web.log"
+            servers.append(_serve(tree, port, args, env, logs[name]))
+            urls[name] = f"http://127.0.0.1:{port}"
         print(
-            f"{args.clicks} clicks per server, gunicorn {args.workers} sync workers each, {args.clients} client "
-            f"processes x {args.threads} threads, PostgreSQL {db['NAME']}"
+            f"wrk {args.connections} connections x {args.duration} s per run, {args.rounds} runs per server "
+            f"alternating; gunicorn {args.web_workers} gthread workers x {args.web_threads} threads per server; "
+            f"PostgreSQL {db['NAME']}",
+            flush=True,
         )
-        old = _measure(
-            f"old path ({args.old_ref})",
-            f"http://127.0.0.1:{old_port}",
-            old_tokens,
-            args.clients,
-            args.threads,
-        )
-        new = _measure(
-            "lean path (this tree)", f"http://127.0.0.1:{new_port}", new_tokens, args.clients, args.threads
-        )
+        # sessions [0, warm) for the warm-up run, then an equal slice for each measured run
+        warm = args.sessions // 10
+        share = (args.sessions - warm) // args.rounds
+        slices = [range(warm + k * share, warm + (k + 1) * share) for k in range(args.rounds)]
+        for name in ("old", "new"):
+            _run_wrk("warm-up", urls[name], scripts[name], args, logs[name], range(warm), duration=5)
+        labels = {"old": f"baseline ({args.old_ref})", "new": "this tree"}
+        runs: dict[str, list[dict]] = {"old": [], "new": []}
+        for k in range(args.rounds):
+            for name in ("old", "new"):
+                runs[name].append(
+                    _run_wrk(labels[name], urls[name], scripts[name], args, logs[name], slices[k])
+                )
+        medians = {}
+        for name in ("old", "new"):
+            medians[name] = {
+                key: statistics.median(run[key] for run in runs[name])
+                for key in ("rate", "p50", "p99", "server_p50", "server_p99")
+            }
+            m = medians[name]
+            print(
+                f"median {labels[name]:<24} {m['rate']:7.1f} clicks/s   client p50 {m['p50']:6.1f} ms  p99 "
+                f"{m['p99']:7.1f} ms   server p50 {m['server_p50']:5.0f} ms  p99 {m['server_p99']:5.0f} ms"
+            )
+        old, new = medians["old"], medians["new"]
         print(
-            f"ratio new/old: throughput {new['rate'] / old['rate']:.2f}x, p50 {new['p50'] / old['p50']:.2f}x, "
-            f"p99 {new['p99'] / old['p99']:.2f}x"
+            f"ratio this tree / baseline: throughput {new['rate'] / old['rate']:.2f}x, client p99 "
+            f"{new['p99'] / old['p99']:.2f}x, server p99 {new['server_p99'] / max(old['server_p99'], 1):.2f}x; "
+            f"goal >= 500 clicks/s with server p99 < 100 ms: "
+            f"{'met' if new['rate'] >= 500 and new['server_p99'] < 100 else 'not met'}"
         )
     finally:
         for server in servers:
-            server.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            _stop(server)
+        connection.close()
         connection.creation.destroy_test_db(old_name, verbosity=0)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,33 @@ def test_malformed_clicks_are_refused_with_the_field_named(study, overrides, mes
 
 
 @pytest.mark.django_db
+def test_the_click_path_reads_each_field_as_the_orm_does(study):
+    """The click path's hand-written read (``_session_trials``) gives every field it selects the value the ORM
+    gives it, on either backend: a column read into the wrong field (from_db takes values in the model's field
+    order) or a missing converter (SQLite's datetimes, JSON) shows here."""
+    from collector.services import sessions as sessions_service
+
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    clicked, _created = _click(session, 1)
+    present_trials(session, positions=[0, 2])
+    hot = sessions_service._session_trials(session.pk)
+    assert [trial.position for trial in hot] == [0, 1, 2]
+    for trial in hot:
+        stored = Trial.objects.select_related("session__study").get(pk=trial.pk)
+        for name in sessions_service._HOT_TRIAL_FIELDS:
+            assert getattr(trial, name) == getattr(stored, name), name
+        for name in sessions_service._HOT_SESSION_FIELDS:
+            assert getattr(trial.session, name) == getattr(stored.session, name), name
+        for name in sessions_service._HOT_STUDY_FIELDS:
+            assert getattr(trial.session.study, name) == getattr(stored.session.study, name), name
+        assert trial.presentations and trial.session.expires_at.tzinfo is not None
+        expected = (clicked.pk, clicked.idempotency_key) if trial.position == 1 else (None, None)
+        assert (trial.click_pk, trial.click_key) == expected
+    with pytest.raises(Session.DoesNotExist):
+        sessions_service._session_trials(session.pk + 1000)
+
+
+@pytest.mark.django_db
 def test_click_after_expiry_is_refused(study):
     session = session_start(study=study, worker=make_worker(), device="pc")
     Session.objects.filter(pk=session.pk).update(expires_at=timezone.now())
