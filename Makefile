@@ -54,8 +54,9 @@ prod: $(VENV)/.installed
 
 # Load and fault suite (bench/bench_load_faults.py), short version: 100 annotators over HTTP against the
 # production processes on throw-away PostgreSQL and Redis, with dropped requests, lost responses, worker
-# SIGKILL, broker restart, web restart and PostgreSQL restart; fails on anything lost, duplicated or a 500.
-# Not part of `make test` (it does not fit the suite's time budget). Full run: bench/bench_load_faults.py.
+# SIGKILL, broker restart, web restart and PostgreSQL restart; fails on anything lost, duplicated, a 500, a
+# finished session left unvalidated, or an annotator who could not finish. Part of `make test` (after both
+# test runs, about 2 minutes). Full run (1,000 annotators): bench/bench_load_faults.py.
 bench-faults: $(VENV)/.installed-test
 	$(PY) bench/bench_load_faults.py --short
 
@@ -81,7 +82,7 @@ EMBEDDED_SELECTION := (not browser or embedded_smoke) and not one_backend
 # The two runs go side by side (the machine has two cores and each run spends much of its time waiting on
 # workers, browsers and sockets): they share nothing (own database, broker, CLICKLAB_VAR_DIR, free ports).
 # The PostgreSQL run prints as it goes; the embedded run's output follows it from var/test-embedded.log.
-test: $(VENV)/.installed-test chromium lint test-js test-both
+test: $(VENV)/.installed-test chromium lint test-js test-both bench-faults
 
 test-both: $(VENV)/.installed-test
 	@mkdir -p var; \

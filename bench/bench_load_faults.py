@@ -38,6 +38,7 @@ import json
 import math
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -48,6 +49,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from http.cookiejar import CookieJar
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +98,10 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
                 return response, attempt
         return None, attempt
 
-    response, _ = await call("POST", f"/s/{spec['link']}/", kind="entry", data={"device": "pc"}, ok=(303,))
+    # ?then=redirect: the entry answers 303 to the player's address (the token) instead of the player page itself
+    response, _ = await call(
+        "POST", f"/s/{spec['link']}/?then=redirect", kind="entry", data={"device": "pc"}, ok=(303,)
+    )
     if response is None or response.status_code != 303:
         return record
     token = response.headers["location"].rstrip("/").rsplit("/", 1)[-1]
@@ -124,6 +129,16 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
     return record
 
 
+class _NoCookies(CookieJar):
+    """A cookie jar that keeps nothing."""
+
+    def extract_cookies(self, response, request) -> None:
+        pass
+
+    def set_cookie(self, cookie) -> None:
+        pass
+
+
 async def _client_main(spec: dict) -> dict:
     import httpx
 
@@ -131,7 +146,10 @@ async def _client_main(spec: dict) -> dict:
              "refused": []}  # fmt: skip
     limits = httpx.Limits(max_connections=spec["connections"], max_keepalive_connections=spec["connections"])
     started = time.monotonic()
-    async with httpx.AsyncClient(limits=limits, follow_redirects=False) as http:
+    # No cookies kept: the link entry keeps one worker per browser in a cookie, and every simulated annotator is
+    # another person (a shared jar made them all one worker resuming one session). A jar object, not
+    # httpx.Cookies: the client copies the latter into a plain jar.
+    async with httpx.AsyncClient(limits=limits, follow_redirects=False, cookies=_NoCookies()) as http:
         rngs = [random.Random(spec["seed"] * 100_003 + i) for i in spec["indices"]]
         records = await asyncio.gather(
             *(_annotator(http, spec, i, r, stats) for i, r in zip(spec["indices"], rngs))
@@ -259,17 +277,17 @@ class Proc:
             self.popen.wait(timeout=10)
 
 
+ACCESS_CLICK = re.compile(r'"POST /api/annotator/\S+/click HTTP/1\.\d" \d{3} .*?(\d+)ms')
+
+
 def _server_click_ms(access_log: Path, offset: int) -> tuple[list[float], int]:
-    """Request times (ms) of POST .../click lines gunicorn logged after ``offset``; new offset."""
+    """Request times (ms) of the click requests in the web process's log (gunicorn's access lines, in
+    ``config/gunicorn.py``'s format, as ``make prod`` writes them) after byte ``offset``; new offset."""
     if not access_log.exists():
         return [], offset
     data = access_log.read_bytes()
-    values = []
-    for line in data[offset:].decode("utf-8", "replace").splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[0] == "POST" and parts[1].endswith("/click"):
-            values.append(int(parts[3]) / 1000)
-    return values, len(data)
+    text = data[offset:].decode("utf-8", "replace")
+    return [float(match.group(1)) for match in ACCESS_CLICK.finditer(text)], len(data)
 
 
 def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[str, ...], tmp: Path) -> dict:
@@ -478,7 +496,7 @@ def main(argv=None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="clicklab-bench-faults-"))
     os.chmod(tmp, 0o755)
-    stack: dict = {"access_offset": 0, "access_log": tmp / "access.log"}
+    stack: dict = {"access_offset": 0, "access_log": tmp / "web.log"}
     t_start = time.monotonic()
     try:
         print(f"bench_load_faults: temporary services under {tmp}", flush=True)
@@ -524,9 +542,10 @@ def main(argv=None) -> int:
         ns = argparse.Namespace(host="127.0.0.1", port=port, web_workers=args.web_workers, web_threads=4,
                                 default_concurrency=1, grace=5, log_level="WARNING")  # fmt: skip
         cmds = commands(ns)
-        web_cmd = [*cmds["web"], "--access-logfile", str(stack["access_log"]),
-                   "--access-logformat", "%(m)s %(U)s %(s)s %(D)s"]  # fmt: skip
-        stack["web"] = Proc("web", web_cmd, env, tmp / "web.log", port=port)
+        # the web process logs at INFO, as in production (its access lines carry the request time)
+        web_env = {**env, "LOG_LEVEL": "INFO"}
+        web_cmd = [*cmds["web"][: cmds["web"].index("--log-level")], "--log-level", "info"]
+        stack["web"] = Proc("web", web_cmd, web_env, stack["access_log"], port=port)
         stack["worker"] = Proc("worker", cmds["worker-default"], env, tmp / "worker.log")
         stack["relay"] = Proc("relay", cmds["relay"], env, tmp / "relay.log")
         for name in ("web", "worker", "relay"):
@@ -541,16 +560,26 @@ def main(argv=None) -> int:
         if faulted:
             print_phase(faulted, baseline)
         print(f"\ntotal {time.monotonic() - t_start:.1f}s")
-        bad = [
-            f"{r['phase']}: {what} {r[key]}"
-            for r in filter(None, (baseline, faulted))
-            for key, what in (("lost", "lost"), ("duplicated", "duplicated"), ("500", "HTTP 500"))
-            if r[key]
-        ] + [
-            f"{r['phase']}: {r['sessions_finished'] - r['sessions_validated']} finished session(s) not validated"
-            for r in filter(None, (baseline, faulted))
-            if r["sessions_validated"] < r["sessions_finished"]
-        ]
+        bad = (
+            [
+                f"{r['phase']}: {what} {r[key]}"
+                for r in filter(None, (baseline, faulted))
+                for key, what in (("lost", "lost"), ("duplicated", "duplicated"), ("500", "HTTP 500"))
+                if r[key]
+            ]
+            + [
+                f"{r['phase']}: {r['sessions_finished'] - r['sessions_validated']} finished session(s) not validated"
+                for r in filter(None, (baseline, faulted))
+                if r["sessions_validated"] < r["sessions_finished"]
+            ]
+            + [
+                # a run where the annotators never got through is a failure, not "nothing lost"
+                f"{r['phase']}: only {r['sessions_finished']} of {r['annotators']} annotators finished their batch "
+                f"({r['stored']} of {r['annotators'] * BATCH} clicks stored)"
+                for r in filter(None, (baseline, faulted))
+                if r["sessions_finished"] < r["annotators"] or r["stored"] < r["annotators"] * BATCH
+            ]
+        )
         print(
             "FAILED: " + "; ".join(bad)
             if bad
