@@ -106,12 +106,20 @@ def explain(error: BaseException, *, package: str, doing: str) -> str:
 
 
 @contextmanager
-def upstream_errors(*, package: str, doing: str, fix: str = "") -> Iterator[None]:
+def upstream_errors(
+    *,
+    package: str,
+    doing: str,
+    fix: str = "",
+    also: tuple[type[Exception], ...] = (),
+) -> Iterator[None]:
     """Turn ImportError, AttributeError and RuntimeError raised by upstream code into SegmenterError.
 
     Wrap only calls into upstream code (building, loading, forward passes) so our own bugs stay visible
     as what they are. ``fix`` is appended to RuntimeError messages (e.g. which input shape the network
-    expects).
+    expects). ``also``: further exception types that, in the wrapped call, can only mean the upstream code
+    does not fit what it was given (e.g. TypeError/AssertionError while a clone builds a network from a
+    checkpoint's config); they are reported like RuntimeError.
     """
     try:
         yield
@@ -119,7 +127,7 @@ def upstream_errors(*, package: str, doing: str, fix: str = "") -> Iterator[None
         raise
     except (ImportError, AttributeError) as error:
         raise SegmenterError(explain(error, package=package, doing=doing)) from error
-    except RuntimeError as error:
+    except (RuntimeError, *also) as error:
         message = explain(error, package=package, doing=doing)
         raise SegmenterError(f"{message} {fix}".rstrip()) from error
 

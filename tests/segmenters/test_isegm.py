@@ -316,13 +316,37 @@ def test_zoom_box_keeps_upstream_half_open_bounds():
 # The user's clone: what building imports, and its failures as SegmenterError
 
 
-SERIALIZATION = """
+# The two clones' config loaders (isegm/utils/serialization.py), with their signatures and checks: RITM's
+# ``load_model(config, **kwargs)`` builds the class with the saved parameters; SimpleClick's
+# ``load_model(config, eval_ritm, **kwargs)`` (eval_ritm required) asserts that every saved parameter is one
+# the class takes, and builds RITM models with ``use_rgb_conv=True`` when told ``eval_ritm``.
+RITM_SERIALIZATION = """
     import importlib
 
 
-    def load_model(config, eval_ritm=False, **kwargs):
+    def load_model(config, **kwargs):
         module_name, class_name = config["class"].rsplit(".", 1)
-        return getattr(importlib.import_module(module_name), class_name)(**config["params"])
+        model_class = getattr(importlib.import_module(module_name), class_name)
+        return model_class(**dict(config["params"], **kwargs))
+"""
+
+SIMPLECLICK_SERIALIZATION = """
+    import importlib
+    import inspect
+
+
+    def load_model(config, eval_ritm, **kwargs):
+        module_name, class_name = config["class"].rsplit(".", 1)
+        model_class = getattr(importlib.import_module(module_name), class_name)
+        accepted = inspect.signature(model_class.__init__).parameters
+        model_args = {}
+        for name, value in config["params"].items():
+            assert name in accepted
+            model_args[name] = value
+        model_args.update(kwargs)
+        if eval_ritm:
+            model_args["use_rgb_conv"] = True
+        return model_class(**model_args)
 """
 
 PLAINVIT_MODEL = """
@@ -356,12 +380,18 @@ HRNET_MODEL_WITH_NP_INT = """
 """
 
 
-def _clone(installed_package, model_module_source: str, *, module: str) -> None:
+def _clone(
+    installed_package,
+    model_module_source: str,
+    *,
+    module: str,
+    serialization: str = SIMPLECLICK_SERIALIZATION,
+) -> None:
     installed_package(
         {
             "isegm/__init__.py": "",
             "isegm/utils/__init__.py": "",
-            "isegm/utils/serialization.py": SERIALIZATION,
+            "isegm/utils/serialization.py": serialization,
             "isegm/model/__init__.py": "",
             f"isegm/model/{module}.py": model_module_source,
         }
@@ -403,7 +433,9 @@ def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(
 
 
 def test_ritm_clone_using_np_int_fails_with_a_segmenter_error_naming_the_fix(installed_package, tmp_path):
-    _clone(installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model")
+    _clone(
+        installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model", serialization=RITM_SERIALIZATION
+    )
     assert ritm_missing() is None and "ritm" in available_predictors()
     path = tmp_path / "coco_lvis_h18_itermask.pth"
     module = importlib.import_module("isegm.model.is_hrnet_model")
@@ -429,3 +461,97 @@ def test_no_other_input_size_ever_reaches_a_fixed_grid_vit():
     ):
         predictor.predict(predictor.encode(image), [Click(x=30, y=30)])
     assert predictor.net.seen_shapes == []
+
+
+# An RITM HRNet model as SimpleClick's clone ships it: RITM trained it with use_rgb_conv=True (RITM's default,
+# so the saved config does not name it), SimpleClick's ISModel defaults to False.
+HRNET_MODEL_IN_A_SIMPLECLICK_CLONE = """
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        with_prev_mask = True
+
+        def __init__(self, width=4, use_rgb_conv=False):
+            super().__init__()
+            self.maps_transform = torch.nn.Conv2d(3, 4, 1) if use_rgb_conv else torch.nn.Identity()
+            self.conv = torch.nn.Conv2d(4, 1, 1)
+
+        def forward(self, image, points):
+            return {"instances": self.conv(image)}
+"""
+
+# RITM's hrnet_ocr.py builds its last layer with np.int(np.sum(...)): under NumPy >= 1.24 building fails.
+HRNET_MODEL_WITH_NP_INT_IN_INIT = """
+    import numpy as np
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        def __init__(self, width=4):
+            super().__init__()
+            last_inp_channels = np.int(np.sum([width, width]))
+            self.conv = torch.nn.Conv2d(4, last_inp_channels, 1)
+"""
+
+
+def test_an_ritm_checkpoint_in_a_simpleclick_clone_is_built_as_upstream_evaluates_it(
+    installed_package, tmp_path
+):
+    _clone(installed_package, HRNET_MODEL_IN_A_SIMPLECLICK_CLONE, module="is_hrnet_model")
+    module = importlib.import_module("isegm.model.is_hrnet_model")
+    torch.manual_seed(5)
+    trained = module.HRNetModel(width=4, use_rgb_conv=True)
+    path = tmp_path / "coco_lvis_h18_itermask.pth"
+    _isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, trained)
+    predictor = get_predictor("ritm", checkpoint=path, device="cpu")
+    # eval_ritm=True: the click-map transform exists and holds the file's weights (not silently dropped).
+    assert isinstance(predictor.net.maps_transform, torch.nn.Conv2d)
+    torch.testing.assert_close(predictor.net.maps_transform.weight, trained.maps_transform.weight)
+
+
+def test_ritm_clone_using_np_int_while_building_fails_with_a_segmenter_error(installed_package, tmp_path):
+    _clone(
+        installed_package,
+        HRNET_MODEL_WITH_NP_INT_IN_INIT,
+        module="is_hrnet_model",
+        serialization=RITM_SERIALIZATION,
+    )
+    assert "ritm" in available_predictors()  # importing works; building the network is what fails
+    path = tmp_path / "coco_lvis_h18_itermask.pth"
+    torch.save(
+        {
+            "config": {"class": "isegm.model.is_hrnet_model.HRNetModel", "params": {"width": 4}},
+            "state_dict": {},
+        },
+        path,
+    )
+    with pytest.raises(SegmenterError) as caught:
+        get_predictor("ritm", checkpoint=path, device="cpu")
+    message = str(caught.value)
+    assert "building the network of coco_lvis_h18_itermask.pth" in message
+    assert "np.int" in message and "is_hrnet_model.py" in message and "replace np.int with int" in message
+
+
+def test_a_checkpoint_the_clone_cannot_build_is_a_segmenter_error_naming_the_mismatch(
+    installed_package, tmp_path
+):
+    # A checkpoint saved by another release: its config names a parameter this clone's class does not take;
+    # SimpleClick's load_model asserts on it (a bare AssertionError would crash a next-round build).
+    _clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    params = {"img_size": 64, "patch_size": 8}
+    path = tmp_path / "cocolvis_vit_xtiny.pth"
+    _isegm_checkpoint(
+        path,
+        "isegm.model.is_plainvit_model.PlainVitModel",
+        {**params, "random_split": False},
+        TinyPlainVitModel(**params),
+    )
+    with pytest.raises(SegmenterError) as caught:
+        get_predictor("simpleclick", checkpoint=path, device="cpu")
+    message = str(caught.value)
+    assert message.startswith(
+        "SimpleClick clone (isegm): building the network of cocolvis_vit_xtiny.pth failed with AssertionError"
+    )
+    assert "serialization.py" in message and "The clone does not match the checkpoint" in message
+    assert isinstance(caught.value.__cause__, AssertionError)
