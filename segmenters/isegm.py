@@ -330,7 +330,8 @@ def fit_position_embedding(net, *, side_px: int) -> PatchGrid:
     tokens, e.g. the class token) are resized with bicubic interpolation (``align_corners=False``) and
     the backbone's ``patch_embed.grid_size`` is set to the new grid: what upstream SimpleClick's
     evaluation does before running a 448 model on DAVIS' 672 square. Raises SegmenterError when the
-    square is not a multiple of the patch size (no grid fits it).
+    square is not a multiple of the patch size (no grid fits it), or, for SimpleClick's backbone (it has
+    ``patchify``: attention within the grid's four 2 x 2 windows), when the grid's side is odd.
     """
     import torch
     import torch.nn.functional as functional
@@ -344,6 +345,12 @@ def fit_position_embedding(net, *, side_px: int) -> PatchGrid:
             f"patches: no fixed token grid fits it. Use a multiple of {grid.patch_h} (448 or 672 for SimpleClick)."
         )
     new_rows, new_cols = side_px // grid.patch_h, side_px // grid.patch_w
+    if hasattr(net.backbone, "patchify") and (new_rows % 2 or new_cols % 2):
+        raise SegmenterError(
+            f"zoom-in square of {side_px} px gives a {new_rows}x{new_cols} token grid, but SimpleClick's backbone "
+            f"splits the grid into 2x2 windows, so its sides must be even: use a multiple of {2 * grid.patch_h} "
+            "px (448 or 672 for SimpleClick)."
+        )
     if (new_rows, new_cols) == (grid.rows, grid.cols):
         return grid
     backbone = net.backbone

@@ -5,7 +5,9 @@ the RGB image and the click/previous-mask maps are cut into patches by two patch
 backbone adds a *fixed* position embedding (one token per cell of its patch grid, plus a class token)
 and runs transformer blocks, and the tokens are folded back into the grid for the head. Like the real
 ``VisionTransformer`` it only takes inputs of exactly ``img_size``: any other size fails in
-``x + pos_embed`` with ``RuntimeError: The size of tensor a (...) must match the size of tensor b (...)``.
+``x + pos_embed`` with ``RuntimeError: The size of tensor a (...) must match the size of tensor b (...)``; and
+like upstream's ``forward_backbone`` it attends within the grid's four 2 x 2 windows first
+(``patchify``), so a grid with an odd side fails too.
 The attribute layout (``backbone.patch_embed.grid_size``/``patch_size``/``img_size``,
 ``backbone.pos_embed``, ``with_prev_mask``) is upstream's, which is what the adapter reads.
 
@@ -60,12 +62,27 @@ class TinyVisionTransformer(nn.Module):
             ]
         )
 
+    def patchify(self, x):
+        """(B, N, C) -> (4B, N/4, C): the grid cut into 2 x 2 windows, as upstream's (an odd grid fails)."""
+        batch, _, channels = x.shape
+        rows, cols = self.patch_embed.grid_size
+        x = x.view(batch, 2, rows // 2, 2, cols // 2, channels)
+        return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(4 * batch, rows * cols // 4, channels)
+
+    def unpatchify(self, x):
+        batch4, count, channels = x.shape
+        rows, cols = self.patch_embed.grid_size
+        x = x.view(batch4 // 4, 2, 2, rows // 2, cols // 2, channels).permute(0, 1, 3, 2, 4, 5)
+        return x.contiguous().view(batch4 // 4, 4 * count, channels)
+
     def forward_backbone(self, x, additional_features=None):
         x = self.patch_embed(x)
         if additional_features is not None:
             x = x + additional_features
         x = x + self.pos_embed[:, 1:]  # the fixed-grid constraint of the real network
-        return self.blocks(x)
+        # Upstream attends within the 4 windows, then over the whole grid.
+        x = self.unpatchify(self.blocks[0](self.patchify(x)))
+        return self.blocks[1:](x)
 
 
 class TinyPlainVitModel(nn.Module):

@@ -278,6 +278,9 @@ def test_interpolating_to_the_same_grid_changes_nothing():
 def test_square_that_is_not_a_multiple_of_the_patch_is_refused():
     with pytest.raises(SegmenterError, match=r"100 px is not a multiple of the network's 8x8 px patches"):
         _simpleclick(zoom_in_target_size_px=100)
+    # 72 px = a 9x9 grid: upstream's backbone cannot cut it into 2x2 windows (it would fail on every click).
+    with pytest.raises(SegmenterError, match=r"72 px gives a 9x9 token grid.*use a multiple of 16 px"):
+        _simpleclick(zoom_in_target_size_px=72)
     with pytest.raises(SegmenterError, match="fixed patch grid"):
         _simpleclick(zoom_in_target_size_px=0)
 
