@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import traceback
@@ -74,9 +75,31 @@ def _where(error: BaseException) -> str:
     return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
+def _torchvision_broken(error: BaseException) -> bool:
+    """Whether ``error`` is an installed torchvision failing to import (built for another torch: "operator
+    torchvision::nms does not exist", "partially initialized module 'torchvision' ..."), not a missing one
+    and not a failure at run time that merely passes through torchvision code."""
+    if isinstance(error, ModuleNotFoundError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    if not any(frame.filename.startswith("<frozen importlib") for frame in frames):
+        return False
+    marker = f"{os.sep}torchvision{os.sep}"
+    return "torchvision" in str(error) or any(marker in frame.filename for frame in frames)
+
+
 def explain(error: BaseException, *, package: str, doing: str) -> str:
     """A message for a failure of upstream code: what failed, where, and what to do about it."""
     where = _where(error)
+    if _torchvision_broken(error):
+        import torch
+
+        return (
+            f"{package}: {doing} failed in torchvision ({type(error).__name__}: {error}){where}. The installed "
+            f"torchvision was not built for the torch here ({torch.__version__}); each torchvision release works "
+            "with one torch release only. To fix it: install the torchvision release made for this torch (the "
+            "table at https://github.com/pytorch/vision#installation), or uninstall torchvision if nothing needs it."
+        )
     if isinstance(error, ImportError):
         missing = getattr(error, "name", None) or ""
         if isinstance(error, ModuleNotFoundError) and missing:

@@ -118,3 +118,43 @@ def test_mobile_sam_builds_from_its_modeling_package_without_torchvision(install
     prediction = predictor.predict(predictor.encode(image), [Click(x=20, y=24)])
     assert prediction.probabilities.shape == (48, 64) and prediction.logits.shape == (1, 1, 256, 256)
     assert "torchvision" not in sys.modules and "mobile_sam" not in sys.modules
+
+
+# timm imports torchvision (timm.data's transforms). A torchvision built for another torch is installed but
+# fails while importing, as the real one does beside this torch ("operator torchvision::nms does not exist",
+# raised from torchvision/_meta_registrations.py).
+TIMM_PACKAGE = {
+    "timm/__init__.py": "from . import data\n",
+    "timm/data.py": "from torchvision import transforms\n",
+    "timm/models/__init__.py": "",
+    "timm/models/layers.py": "DropPath = to_2tuple = trunc_normal_ = None\n",
+}
+MISMATCHED_TORCHVISION = {
+    "torchvision/__init__.py": "from . import _meta_registrations\n",
+    "torchvision/_meta_registrations.py": 'raise RuntimeError("operator torchvision::nms does not exist")\n',
+}
+
+
+def test_timm_without_torchvision_makes_mobile_sam_unavailable_naming_torchvision(installed_package):
+    _mobile_sam(installed_package, TINY_VIT_WITH_TIMM)
+    installed_package(TIMM_PACKAGE)
+    reason = mobile_sam_missing()
+    assert reason and "needs the module 'torchvision'" in reason and "timm/data.py" in reason
+    assert "torchvision release built for your torch" in reason
+    assert "mobile_sam" not in available_predictors()
+
+
+def test_a_torchvision_built_for_another_torch_is_named_with_the_fix(installed_package):
+    _mobile_sam(installed_package, TINY_VIT_WITH_TIMM)
+    installed_package({**TIMM_PACKAGE, **MISMATCHED_TORCHVISION})
+    reason = mobile_sam_missing()
+    assert (
+        reason and "failed in torchvision (RuntimeError: operator torchvision::nms does not exist)" in reason
+    )
+    assert (
+        "_meta_registrations.py" in reason and f"not built for the torch here ({torch.__version__})" in reason
+    )
+    assert "install the torchvision release made for this torch" in reason
+    assert "mobile_sam" not in available_predictors()
+    with pytest.raises(SegmenterError, match=r"predictor 'mobile_sam' cannot run here: .*torchvision"):
+        get_predictor("mobile_sam", checkpoint="mobile_sam.pt")
