@@ -36,7 +36,13 @@ from segmenters.provenance import predictor_provenance
 from segmenters.registry import available_predictors, get_predictor
 
 from .conftest import square_scene
-from .standins import TinyPlainVitModel
+from .standins import (
+    PLAINVIT_MODEL,
+    RITM_SERIALIZATION,
+    TinyPlainVitModel,
+    isegm_checkpoint,
+    isegm_clone,
+)
 
 
 class ClickDiskNet(torch.nn.Module):
@@ -319,43 +325,6 @@ def test_zoom_box_keeps_upstream_half_open_bounds():
 # The user's clone: what building imports, and its failures as SegmenterError
 
 
-# The two clones' config loaders (isegm/utils/serialization.py), with their signatures and checks: RITM's
-# ``load_model(config, **kwargs)`` builds the class with the saved parameters; SimpleClick's
-# ``load_model(config, eval_ritm, **kwargs)`` (eval_ritm required) asserts that every saved parameter is one
-# the class takes, and builds RITM models with ``use_rgb_conv=True`` when told ``eval_ritm``.
-RITM_SERIALIZATION = """
-    import importlib
-
-
-    def load_model(config, **kwargs):
-        module_name, class_name = config["class"].rsplit(".", 1)
-        model_class = getattr(importlib.import_module(module_name), class_name)
-        return model_class(**dict(config["params"], **kwargs))
-"""
-
-SIMPLECLICK_SERIALIZATION = """
-    import importlib
-    import inspect
-
-
-    def load_model(config, eval_ritm, **kwargs):
-        module_name, class_name = config["class"].rsplit(".", 1)
-        model_class = getattr(importlib.import_module(module_name), class_name)
-        accepted = inspect.signature(model_class.__init__).parameters
-        model_args = {}
-        for name, value in config["params"].items():
-            assert name in accepted
-            model_args[name] = value
-        model_args.update(kwargs)
-        if eval_ritm:
-            model_args["use_rgb_conv"] = True
-        return model_class(**model_args)
-"""
-
-PLAINVIT_MODEL = """
-    from tests.segmenters.standins import TinyPlainVitModel as PlainVitModel
-"""
-
 # SimpleClick's model module imports its head, which imports timm and mmcv (isegm/model/modeling/
 # swin_transformer.py); neither is installed here.
 PLAINVIT_MODEL_WITH_MMCV_HEAD = """
@@ -383,37 +352,13 @@ HRNET_MODEL_WITH_NP_INT = """
 """
 
 
-def _clone(
-    installed_package,
-    model_module_source: str,
-    *,
-    module: str,
-    serialization: str = SIMPLECLICK_SERIALIZATION,
-) -> None:
-    installed_package(
-        {
-            "isegm/__init__.py": "",
-            "isegm/utils/__init__.py": "",
-            "isegm/utils/serialization.py": serialization,
-            "isegm/model/__init__.py": "",
-            f"isegm/model/{module}.py": model_module_source,
-        }
-    )
-
-
-def _isegm_checkpoint(path, class_path: str, params: dict, net) -> None:
-    torch.save({"config": {"class": class_path, "params": params}, "state_dict": net.state_dict()}, path)
-
-
 def test_simpleclick_checkpoint_from_a_clone_runs_on_any_image_size(installed_package, tmp_path):
-    _clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
     assert simpleclick_missing() is None and "simpleclick" in available_predictors()
     torch.manual_seed(3)
     params = {"img_size": 64, "patch_size": 8}
     path = tmp_path / "cocolvis_vit_xtiny.pth"
-    _isegm_checkpoint(
-        path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params)
-    )
+    isegm_checkpoint(path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params))
     predictor = get_predictor("simpleclick", checkpoint=path, device="cpu")
     image, _ = square_scene(48, 80)
     prediction = predictor.predict(predictor.encode(image), [Click(x=20, y=24)])
@@ -425,7 +370,7 @@ def test_simpleclick_checkpoint_from_a_clone_runs_on_any_image_size(installed_pa
 
 
 def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(installed_package, tmp_path):
-    _clone(installed_package, PLAINVIT_MODEL_WITH_MMCV_HEAD, module="is_plainvit_model")
+    isegm_clone(installed_package, PLAINVIT_MODEL_WITH_MMCV_HEAD, module="is_plainvit_model")
     reason = simpleclick_missing()
     assert reason and "'mmcv'" in reason and "install mmcv" in reason and "is_plainvit_model.py" in reason
     assert "simpleclick" not in available_predictors()
@@ -436,13 +381,13 @@ def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(
 
 
 def test_ritm_clone_using_np_int_fails_with_a_segmenter_error_naming_the_fix(installed_package, tmp_path):
-    _clone(
+    isegm_clone(
         installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model", serialization=RITM_SERIALIZATION
     )
     assert ritm_missing() is None and "ritm" in available_predictors()
     path = tmp_path / "coco_lvis_h18_itermask.pth"
     module = importlib.import_module("isegm.model.is_hrnet_model")
-    _isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, module.HRNetModel())
+    isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, module.HRNetModel())
     predictor = get_predictor("ritm", checkpoint=path, device="cpu")
     image, _ = square_scene(30, 40)
     with pytest.raises(SegmenterError) as caught:
@@ -501,12 +446,12 @@ HRNET_MODEL_WITH_NP_INT_IN_INIT = """
 def test_an_ritm_checkpoint_in_a_simpleclick_clone_is_built_as_upstream_evaluates_it(
     installed_package, tmp_path
 ):
-    _clone(installed_package, HRNET_MODEL_IN_A_SIMPLECLICK_CLONE, module="is_hrnet_model")
+    isegm_clone(installed_package, HRNET_MODEL_IN_A_SIMPLECLICK_CLONE, module="is_hrnet_model")
     module = importlib.import_module("isegm.model.is_hrnet_model")
     torch.manual_seed(5)
     trained = module.HRNetModel(width=4, use_rgb_conv=True)
     path = tmp_path / "coco_lvis_h18_itermask.pth"
-    _isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, trained)
+    isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, trained)
     predictor = get_predictor("ritm", checkpoint=path, device="cpu")
     # eval_ritm=True: the click-map transform exists and holds the file's weights (not silently dropped).
     assert isinstance(predictor.net.maps_transform, torch.nn.Conv2d)
@@ -514,7 +459,7 @@ def test_an_ritm_checkpoint_in_a_simpleclick_clone_is_built_as_upstream_evaluate
 
 
 def test_ritm_clone_using_np_int_while_building_fails_with_a_segmenter_error(installed_package, tmp_path):
-    _clone(
+    isegm_clone(
         installed_package,
         HRNET_MODEL_WITH_NP_INT_IN_INIT,
         module="is_hrnet_model",
@@ -541,10 +486,10 @@ def test_a_checkpoint_the_clone_cannot_build_is_a_segmenter_error_naming_the_mis
 ):
     # A checkpoint saved by another release: its config names a parameter this clone's class does not take;
     # SimpleClick's load_model asserts on it (a bare AssertionError would crash a next-round build).
-    _clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
     params = {"img_size": 64, "patch_size": 8}
     path = tmp_path / "cocolvis_vit_xtiny.pth"
-    _isegm_checkpoint(
+    isegm_checkpoint(
         path,
         "isegm.model.is_plainvit_model.PlainVitModel",
         {**params, "random_split": False},
