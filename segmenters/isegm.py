@@ -18,7 +18,8 @@ checkpoint's config; the per-click loop is ours and follows the protocol (§7, s
 * Zoom-in, SimpleClick (upstream's evaluation: ``skip_clicks=-1``, ``target_size=(448, 448)``, 672 for
   DAVIS): from the first click (the whole image at click 1) the zoom region is resized to the fixed
   square, whatever its aspect ratio. A plain ViT has a fixed patch grid (28x28 for the 448 models): the
-  square must be a multiple of the patch size, and when it differs from the network's own input size
+  square must be a multiple of twice the patch size (SimpleClick attends within 2x2 windows of the grid),
+  and when it differs from the network's own input size
   the position embedding is interpolated (bicubic, as upstream's ``interpolate_pos_embed_inference``).
   No other input size ever reaches the network.
 * Horizontal-flip TTA: the batch holds the image and its mirror; the two logit maps are averaged,

@@ -107,6 +107,13 @@ def explain(error: BaseException, *, package: str, doing: str) -> str:
                 f"{package}: {doing} needs the module {missing!r}, which is not installed{where}. "
                 f"To install it: {install_hint(missing)}."
             )
+        provider = missing.split(".")[0]
+        if provider in INSTALL_HINTS:
+            # ``from mmcv.utils import get_logger`` under mmcv 2: the module is there, the name is not.
+            return (
+                f"{package}: {doing} failed to import ({error}){where}: the installed {provider} is not the "
+                f"release {package} was written for. To install the right one: {install_hint(provider)}."
+            )
         return (
             f"{package}: {doing} failed to import ({error}){where}. Reinstall {package} and its requirements."
         )

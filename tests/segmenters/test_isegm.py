@@ -503,3 +503,25 @@ def test_a_checkpoint_the_clone_cannot_build_is_a_segmenter_error_naming_the_mis
     )
     assert "serialization.py" in message and "The clone does not match the checkpoint" in message
     assert isinstance(caught.value.__cause__, AssertionError)
+
+
+def test_a_simpleclick_clone_beside_mmcv_2_names_mmcv_1(installed_package):
+    # mmcv 2 has mmcv.cnn.ConvModule but no longer mmcv.utils.get_logger, which SimpleClick's head helpers
+    # (modeling/swin_transformer_helper/logger.py) import.
+    installed_package(
+        {
+            "mmcv/__init__.py": "__version__ = '2.2.0'\n",
+            "mmcv/cnn.py": "ConvModule = object\n",
+            "mmcv/utils.py": "",
+        }
+    )
+    isegm_clone(
+        installed_package,
+        "from mmcv.cnn import ConvModule\nfrom mmcv.utils import get_logger\n",
+        module="is_plainvit_model",
+    )
+    reason = simpleclick_missing()
+    assert reason and "cannot import name 'get_logger' from 'mmcv.utils'" in reason
+    assert "the installed mmcv is not the release SimpleClick clone (isegm) was written for" in reason
+    assert "install mmcv 1.x" in reason and "is_plainvit_model.py:2" in reason
+    assert "simpleclick" not in available_predictors()
