@@ -68,7 +68,8 @@ MODELING_INIT = """
 TINY_VIT_WITH_TIMM = """
     from timm.models.layers import DropPath as TimmDropPath, to_2tuple, trunc_normal_
 """
-# A TinyViT stand-in with the real encoder's contract: (B, 3, S, S) -> (B, 256, S/16, S/16).
+# A TinyViT stand-in with the real encoder's contract: (B, 3, S, S) -> (B, 256, S/16, S/16), S = img_size
+# only (the real one's layers are built for one input resolution and fail on any other).
 TINY_VIT_STANDIN = """
     import torch
 
@@ -80,7 +81,8 @@ TINY_VIT_STANDIN = """
             self.proj = torch.nn.Conv2d(3, 256, kernel_size=16, stride=16)
 
         def forward(self, x):
-            return self.proj(x)
+            side = self.img_size // 16
+            return self.proj(x).flatten(2).view(x.shape[0], 256, side, side)
 """
 
 
