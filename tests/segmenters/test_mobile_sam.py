@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from segmenters.base import Click, SegmenterError
-from segmenters.mobile_sam import MOBILE_SAM_VARIANTS, mobile_sam_missing
+from segmenters.mobile_sam import MOBILE_SAM_VARIANTS, import_mobile_sam_modeling, mobile_sam_missing
 from segmenters.registry import available_predictors, get_predictor
 from segmenters.sam import build_sam_model
 
@@ -160,3 +160,37 @@ def test_a_torchvision_built_for_another_torch_is_named_with_the_fix(installed_p
     assert "mobile_sam" not in available_predictors()
     with pytest.raises(SegmenterError, match=r"predictor 'mobile_sam' cannot run here: .*torchvision"):
         get_predictor("mobile_sam", checkpoint="mobile_sam.pt")
+
+
+# A mobile_sam release whose encoder uses a NumPy alias removed in 1.24 in its forward pass.
+TINY_VIT_WITH_NP_FLOAT_IN_FORWARD = """
+    import numpy as np
+    import torch
+
+
+    class TinyViT(torch.nn.Module):
+        def __init__(self, img_size=1024, **options):
+            super().__init__()
+            self.img_size = img_size
+            self.proj = torch.nn.Conv2d(3, 256, kernel_size=16, stride=16)
+
+        def forward(self, x):
+            return self.proj(x) * np.float(1.0)
+"""
+
+
+def test_a_failing_encoder_of_the_installed_mobile_sam_is_a_segmenter_error(installed_package, tmp_path):
+    _mobile_sam(installed_package, TINY_VIT_WITH_NP_FLOAT_IN_FORWARD)
+    modeling = import_mobile_sam_modeling()
+    path = tmp_path / "mobile_sam.pt"
+    architecture = MOBILE_SAM_VARIANTS["vit_t"]
+    torch.save(build_sam_model(architecture, image_encoder=modeling.TinyViT()).state_dict(), path)
+    predictor = get_predictor("mobile_sam", checkpoint=path, device="cpu")
+    image, _ = square_scene(48, 64)
+    with pytest.raises(SegmenterError) as caught:
+        predictor.encode(image)
+    message = str(caught.value)
+    assert message.startswith(
+        "mobile_sam (MobileSAM): encoding a (1, 3, 1024, 1024) image with TinyViT failed"
+    )
+    assert "np.float" in message and "tiny_vit_sam.py" in message and "replace np.float with float" in message
