@@ -85,7 +85,8 @@ def isegm_missing() -> str | None:
     if importlib.util.find_spec("isegm") is None:
         return (
             f"the 'isegm' package is not installed (RITM/SimpleClick are not on PyPI): {install_hint('isegm')}; "
-            "or pass an already built network as model=..."
+            "or, with a network you built yourself, construct segmenters.isegm.RitmPredictor(model=...) or "
+            "SimpleClickPredictor(model=...) directly"
         )
     return None
 
