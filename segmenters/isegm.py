@@ -18,7 +18,8 @@ checkpoint's config; the per-click loop is ours and follows the protocol (§7, s
 * Zoom-in, SimpleClick (upstream's evaluation: ``skip_clicks=-1``, ``target_size=(448, 448)``, 672 for
   DAVIS): from the first click (the whole image at click 1) the zoom region is resized to the fixed
   square, whatever its aspect ratio. A plain ViT has a fixed patch grid (28x28 for the 448 models): the
-  square must be a multiple of the patch size, and when it differs from the network's own input size
+  square must be a multiple of twice the patch size (SimpleClick attends within 2x2 windows of the grid),
+  and when it differs from the network's own input size
   the position embedding is interpolated (bicubic, as upstream's ``interpolate_pos_embed_inference``).
   No other input size ever reaches the network.
 * Horizontal-flip TTA: the batch holds the image and its mirror; the two logit maps are averaged,
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +85,8 @@ def isegm_missing() -> str | None:
     if importlib.util.find_spec("isegm") is None:
         return (
             f"the 'isegm' package is not installed (RITM/SimpleClick are not on PyPI): {install_hint('isegm')}; "
-            "or pass an already built network as model=..."
+            "or, with a network you built yourself, construct segmenters.isegm.RitmPredictor(model=...) or "
+            "SimpleClickPredictor(model=...) directly"
         )
     return None
 
@@ -109,6 +112,32 @@ def ritm_missing() -> str | None:
 def simpleclick_missing() -> str | None:
     """None when SimpleClick checkpoints can be built here (its plain-ViT model module imports)."""
     return _clone_missing(SIMPLECLICK_MODEL_MODULE, "SimpleClick clone (isegm)")
+
+
+CLONE_MISMATCH_FIX = (
+    "The clone does not match the checkpoint: RITM checkpoints (e.g. coco_lvis_h18_itermask.pth) need an RITM "
+    "or SimpleClick clone, SimpleClick ones (cocolvis_vit_*.pth) a SimpleClick clone, at the release the "
+    "checkpoint was published with (segmenters/README.md)."
+)
+
+
+def build_from_config(load_model, config: dict, *, eval_ritm: bool):
+    """The network of a checkpoint's ``config``, built by the clone's ``isegm.utils.serialization.load_model``.
+
+    RITM's ``load_model(config, **kwargs)`` builds any of its models as saved. SimpleClick's
+    ``load_model(config, eval_ritm, **kwargs)`` needs to be told when the config is an RITM model's: its
+    ``ISModel`` defaults to ``use_rgb_conv=False`` where RITM's defaulted to True, so an RITM checkpoint
+    built with ``eval_ritm=False`` would lack the click-map transform whose weights the file holds (and
+    ``strict=False`` loading would drop them silently). ``eval_ritm`` is passed exactly when the clone's
+    ``load_model`` takes it, as upstream's evaluation script does (``--eval-ritm``).
+    """
+    try:
+        parameters = inspect.signature(load_model).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: call it as RITM's
+        parameters = {}
+    if "eval_ritm" in parameters:
+        return load_model(config, eval_ritm=eval_ritm)
+    return load_model(config)
 
 
 # -- click encoding and zoom-in geometry (pure numpy) -----------------------------------------------
@@ -303,7 +332,8 @@ def fit_position_embedding(net, *, side_px: int) -> PatchGrid:
     tokens, e.g. the class token) are resized with bicubic interpolation (``align_corners=False``) and
     the backbone's ``patch_embed.grid_size`` is set to the new grid: what upstream SimpleClick's
     evaluation does before running a 448 model on DAVIS' 672 square. Raises SegmenterError when the
-    square is not a multiple of the patch size (no grid fits it).
+    square is not a multiple of the patch size (no grid fits it), or, for SimpleClick's backbone (it has
+    ``patchify``: attention within the grid's four 2 x 2 windows), when the grid's side is odd.
     """
     import torch
     import torch.nn.functional as functional
@@ -317,6 +347,12 @@ def fit_position_embedding(net, *, side_px: int) -> PatchGrid:
             f"patches: no fixed token grid fits it. Use a multiple of {grid.patch_h} (448 or 672 for SimpleClick)."
         )
     new_rows, new_cols = side_px // grid.patch_h, side_px // grid.patch_w
+    if hasattr(net.backbone, "patchify") and (new_rows % 2 or new_cols % 2):
+        raise SegmenterError(
+            f"zoom-in square of {side_px} px gives a {new_rows}x{new_cols} token grid, but SimpleClick's backbone "
+            f"splits the grid into 2x2 windows, so its sides must be even: use a multiple of {2 * grid.patch_h} "
+            "px (448 or 672 for SimpleClick)."
+        )
     if (new_rows, new_cols) == (grid.rows, grid.cols):
         return grid
     backbone = net.backbone
@@ -350,6 +386,8 @@ class IsegmPredictor(Predictor):
     package_label = "isegm clone"
     #: Module of the architecture's model class (imported by building and by the availability check).
     model_module = ""
+    #: Passed to a SimpleClick clone's ``load_model`` (see :func:`build_from_config`).
+    eval_ritm = False
 
     def __init__(
         self,
@@ -449,15 +487,19 @@ class IsegmPredictor(Predictor):
                 f"checkpoint {path} is not an isegm checkpoint (needs 'config' and 'state_dict'); predictor "
                 f"{self.name!r} expects e.g. {self.variants[self.variant]} for variant {self.variant!r}"
             )
-        doing = f"building the network of {path.name}"
-        load_model = import_upstream(SERIALIZATION_MODULE, package=self.package_label).load_model
+        serialization = import_upstream(SERIALIZATION_MODULE, package=self.package_label)
         if self.model_module:
             import_upstream(self.model_module, package=self.package_label)
-        with upstream_errors(package=self.package_label, doing=doing):
-            try:
-                net = load_model(loaded["config"])
-            except TypeError:  # SimpleClick's load_model takes eval_ritm
-                net = load_model(loaded["config"], eval_ritm=False)
+        # Building runs only the clone's code on the checkpoint's config: a TypeError (an argument the
+        # class does not take), AssertionError (SimpleClick's load_model checks every parameter name),
+        # KeyError or ValueError there means clone and checkpoint do not belong together.
+        with upstream_errors(
+            package=self.package_label,
+            doing=f"building the network of {path.name}",
+            fix=CLONE_MISMATCH_FIX,
+            also=(TypeError, AssertionError, KeyError, ValueError),
+        ):
+            net = build_from_config(serialization.load_model, loaded["config"], eval_ritm=self.eval_ritm)
         try:
             result = net.load_state_dict(loaded["state_dict"], strict=False)
         except RuntimeError as error:  # shape mismatches raise even with strict=False
@@ -625,6 +667,7 @@ class RitmPredictor(IsegmPredictor):
     download_hint = RITM_DOWNLOAD_HINT
     package_label = "RITM clone (isegm)"
     model_module = RITM_MODEL_MODULE
+    eval_ritm = True
 
 
 @register("simpleclick", requirement=simpleclick_missing)

@@ -23,6 +23,7 @@ from segmenters.registry import register
 from segmenters.sam import SamArchitecture, SamPredictor, build_sam_model, sam_modeling_missing
 from segmenters.upstream import import_isolated_subpackage, upstream_errors
 
+MOBILE_SAM_LABEL = "mobile_sam (MobileSAM)"
 MOBILE_SAM_DOWNLOAD_HINT = "https://github.com/ChaoningZhang/MobileSAM/raw/master/weights/mobile_sam.pt"
 
 #: Encoder fields of SamArchitecture are unused here (TinyViT replaces the ViT); the rest is SAM's.
@@ -39,7 +40,7 @@ MOBILE_SAM_VARIANTS = {
 
 def import_mobile_sam_modeling() -> types.ModuleType:
     """``mobile_sam.modeling`` without running ``mobile_sam/__init__`` (which needs torchvision)."""
-    return import_isolated_subpackage("mobile_sam", "modeling", label="mobile_sam (MobileSAM)")
+    return import_isolated_subpackage("mobile_sam", "modeling", label=MOBILE_SAM_LABEL)
 
 
 def mobile_sam_missing() -> str | None:
@@ -57,7 +58,7 @@ def mobile_sam_missing() -> str | None:
 def build_tiny_vit_encoder(image_size: int = 1024):
     """MobileSAM's TinyViT-5M image encoder from the installed ``mobile_sam`` package."""
     modeling = import_mobile_sam_modeling()
-    with upstream_errors(package="mobile_sam (MobileSAM)", doing="building the TinyViT encoder"):
+    with upstream_errors(package=MOBILE_SAM_LABEL, doing="building the TinyViT encoder"):
         return modeling.TinyViT(
             img_size=image_size,
             in_chans=3,
@@ -108,6 +109,16 @@ class MobileSamPredictor(SamPredictor):
         return build_sam_model(
             self.architecture, image_encoder=build_tiny_vit_encoder(self.architecture.image_size)
         )
+
+    def _encode_features(self, tensor):
+        # The encoder is the user's mobile_sam code: its failures (a NumPy alias, a shape its release does
+        # not take) are reported as SegmenterError, not as a bare error in a next-round build.
+        with upstream_errors(
+            package=MOBILE_SAM_LABEL,
+            doing=f"encoding a {tuple(tensor.shape)} image with TinyViT",
+            fix="Check that the installed mobile_sam is the release mobile_sam.pt was published with.",
+        ):
+            return super()._encode_features(tensor)
 
     @staticmethod
     def _guess_variant(state_dict: dict) -> str | None:

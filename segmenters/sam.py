@@ -276,7 +276,7 @@ class SamPredictor(Predictor):
 
         tensor, input_size = self.preprocess(image)
         with torch.inference_mode():
-            features = self.model.image_encoder(tensor)
+            features = self._encode_features(tensor)
         payload = SamPayload(features=features, input_size=input_size, checkpoint_hash=self.checkpoint_hash)
         return Embedding(
             model_id=self.model_id,
@@ -284,6 +284,10 @@ class SamPredictor(Predictor):
             payload=payload,
             nbytes=int(features.numel() * features.element_size()),
         )
+
+    def _encode_features(self, tensor):
+        """The image encoder's features of the preprocessed (1, 3, S, S) tensor (under inference mode)."""
+        return self.model.image_encoder(tensor)
 
     def predict(
         self, embedding: Embedding, clicks: Sequence[Click], previous_logits: Any = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import traceback
@@ -74,15 +75,44 @@ def _where(error: BaseException) -> str:
     return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
+def _torchvision_broken(error: BaseException) -> bool:
+    """Whether ``error`` is an installed torchvision failing to import (built for another torch: "operator
+    torchvision::nms does not exist", "partially initialized module 'torchvision' ..."), not a missing one
+    and not a failure at run time that merely passes through torchvision code."""
+    if isinstance(error, ModuleNotFoundError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    if not any(frame.filename.startswith("<frozen importlib") for frame in frames):
+        return False
+    marker = f"{os.sep}torchvision{os.sep}"
+    return "torchvision" in str(error) or any(marker in frame.filename for frame in frames)
+
+
 def explain(error: BaseException, *, package: str, doing: str) -> str:
     """A message for a failure of upstream code: what failed, where, and what to do about it."""
     where = _where(error)
+    if _torchvision_broken(error):
+        import torch
+
+        return (
+            f"{package}: {doing} failed in torchvision ({type(error).__name__}: {error}){where}. The installed "
+            f"torchvision was not built for the torch here ({torch.__version__}); each torchvision release works "
+            "with one torch release only. To fix it: install the torchvision release made for this torch (the "
+            "table at https://github.com/pytorch/vision#installation), or uninstall torchvision if nothing needs it."
+        )
     if isinstance(error, ImportError):
         missing = getattr(error, "name", None) or ""
         if isinstance(error, ModuleNotFoundError) and missing:
             return (
                 f"{package}: {doing} needs the module {missing!r}, which is not installed{where}. "
                 f"To install it: {install_hint(missing)}."
+            )
+        provider = missing.split(".")[0]
+        if provider in INSTALL_HINTS:
+            # ``from mmcv.utils import get_logger`` under mmcv 2: the module is there, the name is not.
+            return (
+                f"{package}: {doing} failed to import ({error}){where}: the installed {provider} is not the "
+                f"release {package} was written for. To install the right one: {install_hint(provider)}."
             )
         return (
             f"{package}: {doing} failed to import ({error}){where}. Reinstall {package} and its requirements."
@@ -106,12 +136,20 @@ def explain(error: BaseException, *, package: str, doing: str) -> str:
 
 
 @contextmanager
-def upstream_errors(*, package: str, doing: str, fix: str = "") -> Iterator[None]:
+def upstream_errors(
+    *,
+    package: str,
+    doing: str,
+    fix: str = "",
+    also: tuple[type[Exception], ...] = (),
+) -> Iterator[None]:
     """Turn ImportError, AttributeError and RuntimeError raised by upstream code into SegmenterError.
 
     Wrap only calls into upstream code (building, loading, forward passes) so our own bugs stay visible
     as what they are. ``fix`` is appended to RuntimeError messages (e.g. which input shape the network
-    expects).
+    expects). ``also``: further exception types that, in the wrapped call, can only mean the upstream code
+    does not fit what it was given (e.g. TypeError/AssertionError while a clone builds a network from a
+    checkpoint's config); they are reported like RuntimeError.
     """
     try:
         yield
@@ -119,7 +157,7 @@ def upstream_errors(*, package: str, doing: str, fix: str = "") -> Iterator[None
         raise
     except (ImportError, AttributeError) as error:
         raise SegmenterError(explain(error, package=package, doing=doing)) from error
-    except RuntimeError as error:
+    except (RuntimeError, *also) as error:
         message = explain(error, package=package, doing=doing)
         raise SegmenterError(f"{message} {fix}".rstrip()) from error
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.upstream_packages import installed_package  # noqa: F401  (a fixture)
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATASETS = Path(
     os.environ.get("CLICKLAB_SHARED_DATASETS", PROJECT_ROOT.parent / "shared" / "datasets")

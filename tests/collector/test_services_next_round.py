@@ -4,10 +4,12 @@ provenance, all-or-nothing), with a square predictor of exact geometry and with 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
 
 import numpy as np
 import pytest
+import torch
 from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -30,6 +32,13 @@ from segmenters.base import Embedding, Prediction, Predictor
 from segmenters.checkpoints import file_sha256, parse_checkpoint_table, resolve_checkpoint
 from segmenters.registry import register, unregister
 from tests.factories import make_clicked_session, make_rect_dataset, make_study
+from tests.segmenters.standins import (
+    PLAINVIT_MODEL,
+    RITM_SERIALIZATION,
+    TinyPlainVitModel,
+    isegm_checkpoint,
+    isegm_clone,
+)
 
 # --------------------------------------------------------------------------------------------------
 # A predictor of exact geometry: a SIDE x SIDE square centred on the (last) click.
@@ -436,6 +445,86 @@ def test_a_study_cannot_choose_a_segmenter_the_site_cannot_name(tmp_path, checkp
     with pytest.raises(ValidationError, match="next_round_segmenter.*'sam:vit_x' is neither"):
         make_study(dataset, next_round_segmenter="sam:vit_x")
     assert make_study(dataset, next_round_segmenter="test-square-ckpt:side60").next_round_segmenter
+
+
+# --------------------------------------------------------------------------------------------------
+# Upstream models a researcher installs: a SimpleClick checkpoint (a plain ViT with a fixed patch grid) on
+# images that are not its square, and an RITM clone whose code fails under this NumPy
+
+
+@pytest.mark.django_db
+def test_a_simpleclick_checkpoint_builds_round_2_from_images_that_are_not_its_square(
+    tmp_path, settings, installed_package
+):
+    # The stand-in network fails on any input but 64 x 64 (as a real 448 model on anything but 448 x 448);
+    # the 400 x 300 images of the dataset reach it only through the fixed-square zoom-in.
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    torch.manual_seed(0)
+    params = {"img_size": 64, "patch_size": 8}
+    path = tmp_path / "models" / "our_vit_xtiny.pth"
+    path.parent.mkdir()
+    isegm_checkpoint(path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params))
+    settings.SEGMENTER_CHECKPOINTS = parse_checkpoint_table(f"simpleclick:vit_xtiny:ours={path}")
+    study, round_1 = _one_click_study(tmp_path / "data", next_round_segmenter="simpleclick:vit_xtiny:ours")
+
+    result = round_build_next(round_id=round_1.pk)
+    assert result.error == "" and result.created, result.error
+    targets = list(result.round.targets.all())
+    assert [t.click_type for t in targets] == ["fn"]  # a blob around the click, inside the 100 px object
+    (fn,) = targets
+    assert (fn.model_type, fn.model_variant) == ("simple", "vit_xtiny")
+    assert fn.model_id.startswith("simpleclick:vit_xtiny:zoom64x64s-1")
+    assert fn.checkpoint_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    previous = _read(fn.previous_mask_file.name) == 255
+    assert previous[150, 205] and 0 < previous.sum() < 100 * 100
+
+
+HRNET_MODEL_WITH_NP_INT = """
+    import numpy as np
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        with_prev_mask = True
+
+        def __init__(self, width=4):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 1, 1)
+
+        def forward(self, image, points):
+            return {"instances": self.conv(image) * np.int(5)}
+"""
+
+
+@pytest.mark.django_db
+def test_upstream_code_failing_on_a_click_fails_the_build_with_the_fix(tmp_path, settings, installed_package):
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    isegm_clone(
+        installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model", serialization=RITM_SERIALIZATION
+    )
+    module = importlib.import_module("isegm.model.is_hrnet_model")
+    isegm_checkpoint(
+        tmp_path / "coco_lvis_h18_itermask.pth",
+        "isegm.model.is_hrnet_model.HRNetModel",
+        {"width": 4},
+        module.HRNetModel(),
+    )
+    settings.SEGMENTER_CHECKPOINT_DIR = tmp_path
+    settings.NEXT_ROUND_SEGMENTERS = ["ritm"]  # its default variant: the official file name in that folder
+    study, round_1 = _one_click_study(tmp_path / "data")
+
+    result = round_build_next(round_id=round_1.pk)  # predicting, not building, fails: no exception escapes
+    assert result.round is None
+    assert result.error.startswith(
+        "RITM clone (isegm): running the network on a (2, 4, 300, 400) input failed"
+    )
+    assert "np.int" in result.error and "is_hrnet_model.py" in result.error
+    assert "replace np.int with int" in result.error
+    round_1.refresh_from_db()
+    assert round_1.build_error == result.error and round_1.build_failed_at is not None
+    assert not Round.objects.filter(study=study, number=2).exists()
+    assert round_1.pk not in rounds_awaiting_build()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -55,32 +52,3 @@ def square_scene(height: int = 60, width: int = 90) -> tuple[np.ndarray, np.ndar
     image[mask] = (220, 140, 40)
     image += rng.normal(0, 8, image.shape)
     return np.clip(image, 0, 255).astype(np.uint8), mask
-
-
-@pytest.fixture
-def installed_package(tmp_path, monkeypatch):
-    """``install({"pkg/__init__.py": source, ...})`` puts stand-in upstream packages on ``sys.path``.
-
-    Upstream code a researcher installs (an RITM/SimpleClick clone, mobile_sam, sam2) is outside our
-    control and not installable here; these stand-ins reproduce its layout and its imports, so what they
-    import and this environment lacks (mmcv, timm, torchvision, hydra, NumPy 1.x aliases) really is
-    missing. Their modules are forgotten again after the test.
-    """
-    root = tmp_path / "site"
-    tops: set[str] = set()
-
-    def install(files: dict[str, str]) -> Path:
-        for relative, source in files.items():
-            path = root / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(textwrap.dedent(source))
-            tops.add(relative.split("/")[0])
-        monkeypatch.syspath_prepend(str(root))
-        return root
-
-    yield install
-    for name in list(sys.modules):
-        top = name.split(".")[0]
-        if top in tops or top.removeprefix("_clicklab_") in tops:
-            del sys.modules[name]
-    importlib.invalidate_caches()

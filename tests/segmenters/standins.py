@@ -5,7 +5,9 @@ the RGB image and the click/previous-mask maps are cut into patches by two patch
 backbone adds a *fixed* position embedding (one token per cell of its patch grid, plus a class token)
 and runs transformer blocks, and the tokens are folded back into the grid for the head. Like the real
 ``VisionTransformer`` it only takes inputs of exactly ``img_size``: any other size fails in
-``x + pos_embed`` with ``RuntimeError: The size of tensor a (...) must match the size of tensor b (...)``.
+``x + pos_embed`` with ``RuntimeError: The size of tensor a (...) must match the size of tensor b (...)``; and
+like upstream's ``forward_backbone`` it attends within the grid's four 2 x 2 windows first
+(``patchify``), so a grid with an odd side fails too.
 The attribute layout (``backbone.patch_embed.grid_size``/``patch_size``/``img_size``,
 ``backbone.pos_embed``, ``with_prev_mask``) is upstream's, which is what the adapter reads.
 
@@ -60,12 +62,27 @@ class TinyVisionTransformer(nn.Module):
             ]
         )
 
+    def patchify(self, x):
+        """(B, N, C) -> (4B, N/4, C): the grid cut into 2 x 2 windows, as upstream's (an odd grid fails)."""
+        batch, _, channels = x.shape
+        rows, cols = self.patch_embed.grid_size
+        x = x.view(batch, 2, rows // 2, 2, cols // 2, channels)
+        return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(4 * batch, rows * cols // 4, channels)
+
+    def unpatchify(self, x):
+        batch4, count, channels = x.shape
+        rows, cols = self.patch_embed.grid_size
+        x = x.view(batch4 // 4, 2, 2, rows // 2, cols // 2, channels).permute(0, 1, 3, 2, 4, 5)
+        return x.contiguous().view(batch4 // 4, 4 * count, channels)
+
     def forward_backbone(self, x, additional_features=None):
         x = self.patch_embed(x)
         if additional_features is not None:
             x = x + additional_features
         x = x + self.pos_embed[:, 1:]  # the fixed-grid constraint of the real network
-        return self.blocks(x)
+        # Upstream attends within the 4 windows, then over the whole grid.
+        x = self.unpatchify(self.blocks[0](self.patchify(x)))
+        return self.blocks[1:](x)
 
 
 class TinyPlainVitModel(nn.Module):
@@ -127,3 +144,66 @@ class TinyPlainVitModel(nn.Module):
         vit_logits = nn.functional.interpolate(self.head(grid), size=(height, width), mode="bilinear")
         echo = self.echo_gain * (disks[:, :1] - disks[:, 1:]) + self.prev_gain * (prev - 0.5)
         return {"instances": 0.1 * vit_logits + echo, "instances_aux": None}
+
+
+# --------------------------------------------------------------------------------------------------
+# Stand-in RITM/SimpleClick clones (the ``isegm`` package), written by the ``installed_package`` fixture
+
+# The two clones' config loaders (isegm/utils/serialization.py), with their signatures and checks: RITM's
+# ``load_model(config, **kwargs)`` builds the class with the saved parameters; SimpleClick's
+# ``load_model(config, eval_ritm, **kwargs)`` (eval_ritm required) asserts that every saved parameter is one
+# the class takes, and builds RITM models with ``use_rgb_conv=True`` when told ``eval_ritm``.
+RITM_SERIALIZATION = """
+    import importlib
+
+
+    def load_model(config, **kwargs):
+        module_name, class_name = config["class"].rsplit(".", 1)
+        model_class = getattr(importlib.import_module(module_name), class_name)
+        return model_class(**dict(config["params"], **kwargs))
+"""
+
+SIMPLECLICK_SERIALIZATION = """
+    import importlib
+    import inspect
+
+
+    def load_model(config, eval_ritm, **kwargs):
+        module_name, class_name = config["class"].rsplit(".", 1)
+        model_class = getattr(importlib.import_module(module_name), class_name)
+        accepted = inspect.signature(model_class.__init__).parameters
+        model_args = {}
+        for name, value in config["params"].items():
+            assert name in accepted
+            model_args[name] = value
+        model_args.update(kwargs)
+        if eval_ritm:
+            model_args["use_rgb_conv"] = True
+        return model_class(**model_args)
+"""
+
+# SimpleClick's model module, its PlainVitModel being the tiny plain ViT above.
+PLAINVIT_MODEL = """
+    from tests.segmenters.standins import TinyPlainVitModel as PlainVitModel
+"""
+
+
+def isegm_clone(
+    install, model_module_source: str, *, module: str, serialization: str = SIMPLECLICK_SERIALIZATION
+):
+    """Put a stand-in clone on ``sys.path`` with ``install`` (the ``installed_package`` fixture): the config
+    loader ``serialization`` and ``isegm/model/<module>.py`` holding ``model_module_source``."""
+    return install(
+        {
+            "isegm/__init__.py": "",
+            "isegm/utils/__init__.py": "",
+            "isegm/utils/serialization.py": serialization,
+            "isegm/model/__init__.py": "",
+            f"isegm/model/{module}.py": model_module_source,
+        }
+    )
+
+
+def isegm_checkpoint(path, class_path: str, params: dict, net) -> None:
+    """An isegm checkpoint as the clones save it: the model's config (class path, parameters) and weights."""
+    torch.save({"config": {"class": class_path, "params": params}, "state_dict": net.state_dict()}, path)

@@ -1,23 +1,36 @@
-"""The Predictor contract, checked on every predictor that can run here (incl. the tiny random SAM)."""
+"""The Predictor contract, checked on every predictor that can run here (incl. the tiny random SAM) and on
+SimpleClick with a stand-in plain ViT (its upstream package is not installed here)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from segmenters.base import Click, Embedding, Prediction, Predictor
-from segmenters.registry import available_predictors, get_predictor
+from segmenters.isegm import SimpleClickPredictor
+from segmenters.registry import available_predictors, get_predictor, registered_predictors
 
 from .conftest import TINY_SAM, square_scene
+from .standins import TinyPlainVitModel
+
+#: Adapters whose upstream package is not installed here, run on a stand-in network with the real
+#: architecture's shape constraints (SimpleClick: a plain ViT that takes one input size only).
+STAND_IN_BUILT = ["simpleclick"]
 
 
-@pytest.fixture(params=available_predictors())
+@pytest.fixture(
+    params=available_predictors() + [n for n in STAND_IN_BUILT if n not in available_predictors()]
+)
 def predictor(request, tiny_sam_checkpoint) -> Predictor:
     name = request.param
     if name == "embedded":
         return get_predictor("embedded")
     if name == "sam":
         return get_predictor("sam", checkpoint=tiny_sam_checkpoint, architecture=TINY_SAM, device="cpu")
+    if name == "simpleclick":
+        torch.manual_seed(0)
+        return SimpleClickPredictor(model=TinyPlainVitModel(img_size=64, patch_size=8), device="cpu")
     pytest.fail(
         f"predictor {name!r} can run here but the contract tests have no recipe to build it: add one to the "
         "'predictor' fixture of tests/segmenters/test_base.py (with a tiny random-initialised model)"
@@ -34,7 +47,7 @@ def _trajectory(predictor: Predictor, embedding: Embedding, clicks: list[Click])
 
 
 def test_names_and_threshold(predictor):
-    assert predictor.name in available_predictors()
+    assert predictor.name in registered_predictors()
     assert predictor.model_type
     assert predictor.threshold in (0.49, 0.5)
     assert predictor.model_id

@@ -36,7 +36,13 @@ from segmenters.provenance import predictor_provenance
 from segmenters.registry import available_predictors, get_predictor
 
 from .conftest import square_scene
-from .standins import TinyPlainVitModel
+from .standins import (
+    PLAINVIT_MODEL,
+    RITM_SERIALIZATION,
+    TinyPlainVitModel,
+    isegm_checkpoint,
+    isegm_clone,
+)
 
 
 class ClickDiskNet(torch.nn.Module):
@@ -278,6 +284,9 @@ def test_interpolating_to_the_same_grid_changes_nothing():
 def test_square_that_is_not_a_multiple_of_the_patch_is_refused():
     with pytest.raises(SegmenterError, match=r"100 px is not a multiple of the network's 8x8 px patches"):
         _simpleclick(zoom_in_target_size_px=100)
+    # 72 px = a 9x9 grid: upstream's backbone cannot cut it into 2x2 windows (it would fail on every click).
+    with pytest.raises(SegmenterError, match=r"72 px gives a 9x9 token grid.*use a multiple of 16 px"):
+        _simpleclick(zoom_in_target_size_px=72)
     with pytest.raises(SegmenterError, match="fixed patch grid"):
         _simpleclick(zoom_in_target_size_px=0)
 
@@ -316,19 +325,6 @@ def test_zoom_box_keeps_upstream_half_open_bounds():
 # The user's clone: what building imports, and its failures as SegmenterError
 
 
-SERIALIZATION = """
-    import importlib
-
-
-    def load_model(config, eval_ritm=False, **kwargs):
-        module_name, class_name = config["class"].rsplit(".", 1)
-        return getattr(importlib.import_module(module_name), class_name)(**config["params"])
-"""
-
-PLAINVIT_MODEL = """
-    from tests.segmenters.standins import TinyPlainVitModel as PlainVitModel
-"""
-
 # SimpleClick's model module imports its head, which imports timm and mmcv (isegm/model/modeling/
 # swin_transformer.py); neither is installed here.
 PLAINVIT_MODEL_WITH_MMCV_HEAD = """
@@ -356,31 +352,13 @@ HRNET_MODEL_WITH_NP_INT = """
 """
 
 
-def _clone(installed_package, model_module_source: str, *, module: str) -> None:
-    installed_package(
-        {
-            "isegm/__init__.py": "",
-            "isegm/utils/__init__.py": "",
-            "isegm/utils/serialization.py": SERIALIZATION,
-            "isegm/model/__init__.py": "",
-            f"isegm/model/{module}.py": model_module_source,
-        }
-    )
-
-
-def _isegm_checkpoint(path, class_path: str, params: dict, net) -> None:
-    torch.save({"config": {"class": class_path, "params": params}, "state_dict": net.state_dict()}, path)
-
-
 def test_simpleclick_checkpoint_from_a_clone_runs_on_any_image_size(installed_package, tmp_path):
-    _clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
     assert simpleclick_missing() is None and "simpleclick" in available_predictors()
     torch.manual_seed(3)
     params = {"img_size": 64, "patch_size": 8}
     path = tmp_path / "cocolvis_vit_xtiny.pth"
-    _isegm_checkpoint(
-        path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params)
-    )
+    isegm_checkpoint(path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params))
     predictor = get_predictor("simpleclick", checkpoint=path, device="cpu")
     image, _ = square_scene(48, 80)
     prediction = predictor.predict(predictor.encode(image), [Click(x=20, y=24)])
@@ -392,7 +370,7 @@ def test_simpleclick_checkpoint_from_a_clone_runs_on_any_image_size(installed_pa
 
 
 def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(installed_package, tmp_path):
-    _clone(installed_package, PLAINVIT_MODEL_WITH_MMCV_HEAD, module="is_plainvit_model")
+    isegm_clone(installed_package, PLAINVIT_MODEL_WITH_MMCV_HEAD, module="is_plainvit_model")
     reason = simpleclick_missing()
     assert reason and "'mmcv'" in reason and "install mmcv" in reason and "is_plainvit_model.py" in reason
     assert "simpleclick" not in available_predictors()
@@ -403,11 +381,13 @@ def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(
 
 
 def test_ritm_clone_using_np_int_fails_with_a_segmenter_error_naming_the_fix(installed_package, tmp_path):
-    _clone(installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model")
+    isegm_clone(
+        installed_package, HRNET_MODEL_WITH_NP_INT, module="is_hrnet_model", serialization=RITM_SERIALIZATION
+    )
     assert ritm_missing() is None and "ritm" in available_predictors()
     path = tmp_path / "coco_lvis_h18_itermask.pth"
     module = importlib.import_module("isegm.model.is_hrnet_model")
-    _isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, module.HRNetModel())
+    isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, module.HRNetModel())
     predictor = get_predictor("ritm", checkpoint=path, device="cpu")
     image, _ = square_scene(30, 40)
     with pytest.raises(SegmenterError) as caught:
@@ -429,3 +409,119 @@ def test_no_other_input_size_ever_reaches_a_fixed_grid_vit():
     ):
         predictor.predict(predictor.encode(image), [Click(x=30, y=30)])
     assert predictor.net.seen_shapes == []
+
+
+# An RITM HRNet model as SimpleClick's clone ships it: RITM trained it with use_rgb_conv=True (RITM's default,
+# so the saved config does not name it), SimpleClick's ISModel defaults to False.
+HRNET_MODEL_IN_A_SIMPLECLICK_CLONE = """
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        with_prev_mask = True
+
+        def __init__(self, width=4, use_rgb_conv=False):
+            super().__init__()
+            self.maps_transform = torch.nn.Conv2d(3, 4, 1) if use_rgb_conv else torch.nn.Identity()
+            self.conv = torch.nn.Conv2d(4, 1, 1)
+
+        def forward(self, image, points):
+            return {"instances": self.conv(image)}
+"""
+
+# RITM's hrnet_ocr.py builds its last layer with np.int(np.sum(...)): under NumPy >= 1.24 building fails.
+HRNET_MODEL_WITH_NP_INT_IN_INIT = """
+    import numpy as np
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        def __init__(self, width=4):
+            super().__init__()
+            last_inp_channels = np.int(np.sum([width, width]))
+            self.conv = torch.nn.Conv2d(4, last_inp_channels, 1)
+"""
+
+
+def test_an_ritm_checkpoint_in_a_simpleclick_clone_is_built_as_upstream_evaluates_it(
+    installed_package, tmp_path
+):
+    isegm_clone(installed_package, HRNET_MODEL_IN_A_SIMPLECLICK_CLONE, module="is_hrnet_model")
+    module = importlib.import_module("isegm.model.is_hrnet_model")
+    torch.manual_seed(5)
+    trained = module.HRNetModel(width=4, use_rgb_conv=True)
+    path = tmp_path / "coco_lvis_h18_itermask.pth"
+    isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", {"width": 4}, trained)
+    predictor = get_predictor("ritm", checkpoint=path, device="cpu")
+    # eval_ritm=True: the click-map transform exists and holds the file's weights (not silently dropped).
+    assert isinstance(predictor.net.maps_transform, torch.nn.Conv2d)
+    torch.testing.assert_close(predictor.net.maps_transform.weight, trained.maps_transform.weight)
+
+
+def test_ritm_clone_using_np_int_while_building_fails_with_a_segmenter_error(installed_package, tmp_path):
+    isegm_clone(
+        installed_package,
+        HRNET_MODEL_WITH_NP_INT_IN_INIT,
+        module="is_hrnet_model",
+        serialization=RITM_SERIALIZATION,
+    )
+    assert "ritm" in available_predictors()  # importing works; building the network is what fails
+    path = tmp_path / "coco_lvis_h18_itermask.pth"
+    torch.save(
+        {
+            "config": {"class": "isegm.model.is_hrnet_model.HRNetModel", "params": {"width": 4}},
+            "state_dict": {},
+        },
+        path,
+    )
+    with pytest.raises(SegmenterError) as caught:
+        get_predictor("ritm", checkpoint=path, device="cpu")
+    message = str(caught.value)
+    assert "building the network of coco_lvis_h18_itermask.pth" in message
+    assert "np.int" in message and "is_hrnet_model.py" in message and "replace np.int with int" in message
+
+
+def test_a_checkpoint_the_clone_cannot_build_is_a_segmenter_error_naming_the_mismatch(
+    installed_package, tmp_path
+):
+    # A checkpoint saved by another release: its config names a parameter this clone's class does not take;
+    # SimpleClick's load_model asserts on it (a bare AssertionError would crash a next-round build).
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    params = {"img_size": 64, "patch_size": 8}
+    path = tmp_path / "cocolvis_vit_xtiny.pth"
+    isegm_checkpoint(
+        path,
+        "isegm.model.is_plainvit_model.PlainVitModel",
+        {**params, "random_split": False},
+        TinyPlainVitModel(**params),
+    )
+    with pytest.raises(SegmenterError) as caught:
+        get_predictor("simpleclick", checkpoint=path, device="cpu")
+    message = str(caught.value)
+    assert message.startswith(
+        "SimpleClick clone (isegm): building the network of cocolvis_vit_xtiny.pth failed with AssertionError"
+    )
+    assert "serialization.py" in message and "The clone does not match the checkpoint" in message
+    assert isinstance(caught.value.__cause__, AssertionError)
+
+
+def test_a_simpleclick_clone_beside_mmcv_2_names_mmcv_1(installed_package):
+    # mmcv 2 has mmcv.cnn.ConvModule but no longer mmcv.utils.get_logger, which SimpleClick's head helpers
+    # (modeling/swin_transformer_helper/logger.py) import.
+    installed_package(
+        {
+            "mmcv/__init__.py": "__version__ = '2.2.0'\n",
+            "mmcv/cnn.py": "ConvModule = object\n",
+            "mmcv/utils.py": "",
+        }
+    )
+    isegm_clone(
+        installed_package,
+        "from mmcv.cnn import ConvModule\nfrom mmcv.utils import get_logger\n",
+        module="is_plainvit_model",
+    )
+    reason = simpleclick_missing()
+    assert reason and "cannot import name 'get_logger' from 'mmcv.utils'" in reason
+    assert "the installed mmcv is not the release SimpleClick clone (isegm) was written for" in reason
+    assert "install mmcv 1.x" in reason and "is_plainvit_model.py:2" in reason
+    assert "simpleclick" not in available_predictors()

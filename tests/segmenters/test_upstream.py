@@ -79,3 +79,16 @@ def test_explain_a_plain_import_error():
         "clone: importing clone failed to import (cannot import name 'X' from 'clone.part'). "
         "Reinstall clone and its requirements."
     )
+
+
+def test_only_an_import_of_torchvision_is_reported_as_a_torchvision_mismatch(installed_package):
+    installed_package(
+        {"torchvision/__init__.py": 'raise RuntimeError("operator torchvision::nms does not exist")\n'}
+    )
+    with pytest.raises(SegmenterError, match=r"failed in torchvision .*install the torchvision release made"):
+        import_upstream("torchvision", package="timm")
+    # The same words at run time (not while importing) are a failure of the call, reported as such.
+    with pytest.raises(SegmenterError) as caught, upstream_errors(package="sam2", doing="predicting"):
+        raise RuntimeError("torchvision::roi_align got a tensor of the wrong shape")
+    assert str(caught.value).startswith("sam2: predicting failed with RuntimeError: torchvision::roi_align")
+    assert "release made for this torch" not in str(caught.value)
