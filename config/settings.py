@@ -8,6 +8,7 @@ Secrets are read from the environment only and never logged (see ``config.loggin
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import sys
@@ -36,6 +37,35 @@ def env_bool(name: str, default: bool) -> bool:
 
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _env_number(name: str, default: float, kind: type, minimum: float | None):
+    """The environment variable ``name`` as a ``kind`` (int or float) >= ``minimum``, or ``default`` when it is
+    unset or empty; anything else stops the start with the variable, the value and what to write instead."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    what = "a whole number" if kind is int else "a number"
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"environment variable {name}={value!r} is not {what}: set it to e.g. {default!r}, or unset it for "
+            f"the default ({default!r})."
+        ) from None
+    if not math.isfinite(number):
+        raise ImproperlyConfigured(f"environment variable {name}={value!r} must be a finite number.")
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"environment variable {name}={value!r} must be at least {minimum!r}.")
+    return number
+
+
+def env_int(name: str, default: int, *, minimum: int | None = 0) -> int:
+    return _env_number(name, default, int, minimum)
+
+
+def env_float(name: str, default: float, *, minimum: float | None = 0.0) -> float:
+    return _env_number(name, default, float, minimum)
 
 
 VAR_DIR = Path(os.environ.get("CLICKLAB_VAR_DIR", BASE_DIR / "var"))
@@ -193,7 +223,7 @@ if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     if env_bool("BEHIND_TLS_PROXY", False):
@@ -218,7 +248,7 @@ else:
             "store_processed": False,
             # kombu polls the folder (default once a second): 0.2 s keeps a click's validation, a stimulus
             # render or a benchmark task from waiting a second for pickup, for a directory listing 5x/s.
-            "polling_interval": float(os.environ.get("CLICKLAB_BROKER_POLL_S", "0.2")),
+            "polling_interval": env_float("CLICKLAB_BROKER_POLL_S", 0.2),
         },
     }
 CELERY.update(
@@ -251,7 +281,7 @@ CELERY.update(
 
 # --- Clicklab -------------------------------------------------------------------------------------
 # Annotator links are signed with SECRET_KEY (salted); a token is scoped to one session.
-ANNOTATOR_TOKEN_MAX_AGE_S = int(os.environ.get("ANNOTATOR_TOKEN_MAX_AGE_S", str(7 * 24 * 3600)))
+ANNOTATOR_TOKEN_MAX_AGE_S = env_int("ANNOTATOR_TOKEN_MAX_AGE_S", 7 * 24 * 3600)
 # Public base URL used in links handed to crowd platforms (no trailing slash).
 PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 SEGMENTER_CHECKPOINT_DIR = Path(os.environ.get("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
@@ -316,9 +346,9 @@ RESEARCHER_LOGIN_URL = "/researcher/login/"
 # --- Crowd platforms (PLATFORMS) -------------------------------------------------------------------
 # Toloka client: retries (5xx, 408/429, timeouts) and timeouts of every API call; the entry page makes
 # one quick call (the worker waits) with its own timeout.
-TOLOKA_RETRIES = int(os.environ.get("TOLOKA_RETRIES", "3"))
-TOLOKA_TIMEOUT_S = float(os.environ.get("TOLOKA_TIMEOUT_S", "10"))
-TOLOKA_ENTRY_TIMEOUT_S = float(os.environ.get("TOLOKA_ENTRY_TIMEOUT_S", "5"))
+TOLOKA_RETRIES = env_int("TOLOKA_RETRIES", 3)
+TOLOKA_TIMEOUT_S = env_float("TOLOKA_TIMEOUT_S", 10.0)
+TOLOKA_ENTRY_TIMEOUT_S = env_float("TOLOKA_ENTRY_TIMEOUT_S", 5.0)
 # Hosts allowed to frame the MTurk views (CSP frame-ancestors) and to receive the externalSubmit post.
 MTURK_FRAME_ANCESTORS = env_list(
     "MTURK_FRAME_ANCESTORS", "https://www.mturk.com,https://workersandbox.mturk.com"
@@ -330,7 +360,7 @@ MTURK_REGION = os.environ.get("MTURK_REGION", "us-east-1")
 PROLIFIC_COMPLETE_URL = os.environ.get(
     "PROLIFIC_COMPLETE_URL", "https://app.prolific.com/submissions/complete"
 ).rstrip("/")
-PLATFORM_SYNC_INTERVAL_S = float(os.environ.get("PLATFORM_SYNC_INTERVAL_S", "60"))
+PLATFORM_SYNC_INTERVAL_S = env_float("PLATFORM_SYNC_INTERVAL_S", 60.0)
 # Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
 # only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
 MIDDLEWARE += ["collector.platforms.framing.FramedPlatformMiddleware"]
@@ -343,18 +373,18 @@ CELERY["beat_schedule"]["platforms-sync"] = {
 # Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
 CELERY["beat_schedule"]["expire-sessions"] = {
     "task": task_names.SESSIONS_EXPIRE_SESSIONS,
-    "schedule": float(os.environ.get("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", "60")),
+    "schedule": env_float("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", 60.0),
 }
 # Safety net for lost validation messages (a killed worker on a broker without acknowledgements).
 CELERY["beat_schedule"]["requeue-pending-validations"] = {
     "task": task_names.VALIDATION_REQUEUE_PENDING_VALIDATIONS,
-    "schedule": float(os.environ.get("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", "300")),
+    "schedule": env_float("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", 300.0),
 }
 # Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
 # exceed the longest task (and any countdown), or a running task is delivered twice.
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    CELERY.setdefault("broker_transport_options", {})["visibility_timeout"] = int(
-        os.environ.get("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", "3600")
+    CELERY.setdefault("broker_transport_options", {})["visibility_timeout"] = env_int(
+        "CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", 3600
     )
 
 # --- Next-round build (SEGMENTERS, A2) --------------------------------------------------------------
@@ -362,12 +392,12 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 # closed rounds whose next round is missing get their build sent again; a duplicate is a no-op.
 CELERY["beat_schedule"]["requeue-pending-builds"] = {
     "task": task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
-    "schedule": float(os.environ.get("CLICKLAB_REQUEUE_BUILDS_EVERY_S", "600")),
+    "schedule": env_float("CLICKLAB_REQUEUE_BUILDS_EVERY_S", 600.0),
 }
 # Corrective campaigns (issue 17): items still waiting for a mask update get it sent again (a duplicate is a no-op).
 CELERY["beat_schedule"]["requeue-pending-corrective-updates"] = {
     "task": task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
-    "schedule": float(os.environ.get("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", "600")),
+    "schedule": env_float("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", 600.0),
 }
 
 # --- Transactional outbox (issue 16.3, 20.4) --------------------------------------------------------
@@ -376,10 +406,10 @@ CELERY["beat_schedule"]["requeue-pending-corrective-updates"] = {
 # `manage.py outbox_relay`) at least every OUTBOX_RELAY_EVERY_S seconds: a finished session's validation
 # goes out within that interval after the broker is back. The relay leaves intents younger than
 # OUTBOX_RELAY_GRACE_S to the after-commit send.
-OUTBOX_RELAY_EVERY_S = float(os.environ.get("CLICKLAB_OUTBOX_RELAY_EVERY_S", "60"))
-OUTBOX_RELAY_GRACE_S = float(os.environ.get("CLICKLAB_OUTBOX_RELAY_GRACE_S", "5"))
+OUTBOX_RELAY_EVERY_S = env_float("CLICKLAB_OUTBOX_RELAY_EVERY_S", 60.0)
+OUTBOX_RELAY_GRACE_S = env_float("CLICKLAB_OUTBOX_RELAY_GRACE_S", 5.0)
 OUTBOX_RELAY_IN_WORKER = env_bool("CLICKLAB_OUTBOX_RELAY_IN_WORKER", True)
-OUTBOX_KEEP_SENT_S = float(os.environ.get("CLICKLAB_OUTBOX_KEEP_SENT_S", str(7 * 24 * 3600)))
+OUTBOX_KEEP_SENT_S = env_float("CLICKLAB_OUTBOX_KEEP_SENT_S", 7 * 24 * 3600)
 CELERY["beat_schedule"]["outbox-relay"] = {
     "task": task_names.OUTBOX_RELAY_TASK_INTENTS,
     "schedule": OUTBOX_RELAY_EVERY_S,

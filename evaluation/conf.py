@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS = {
     "EVAL_RUN_TTL_S": 24 * 3600,  # a run expires this long after it was created
@@ -25,4 +26,12 @@ def limit(name: str):
     if hasattr(settings, name):
         return getattr(settings, name)
     raw = os.environ.get(f"CLICKLAB_{name}")
-    return DEFAULTS[name] if raw is None else type(DEFAULTS[name])(raw)
+    if raw is None:
+        return DEFAULTS[name]
+    try:
+        return type(DEFAULTS[name])(raw)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"environment variable CLICKLAB_{name}={raw!r} is not {'a whole number' if isinstance(DEFAULTS[name], int) else 'a ' + type(DEFAULTS[name]).__name__}: set it to "
+            f"e.g. {DEFAULTS[name]!r}, or unset it for that default."
+        ) from None

@@ -90,3 +90,43 @@ def test_segmenter_checkpoints_come_from_the_environment_and_a_bad_entry_stops_t
     bad = _run(["-c", code], {**env, "CLICKLAB_SEGMENTER_CHECKPOINTS": "sam:vit_q=x.pth"}, drop=drop)
     assert bad.returncode != 0 and "ImproperlyConfigured" in bad.stderr
     assert "CLICKLAB_SEGMENTER_CHECKPOINTS key 'sam:vit_q': sam has no variant 'vit_q'" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("TOLOKA_RETRIES", "three", "TOLOKA_RETRIES='three' is not a whole number: set it to e.g. 3"),
+        ("CLICKLAB_OUTBOX_RELAY_EVERY_S", "1m", "CLICKLAB_OUTBOX_RELAY_EVERY_S='1m' is not a number"),
+        (
+            "CLICKLAB_OUTBOX_RELAY_EVERY_S",
+            "nan",
+            "CLICKLAB_OUTBOX_RELAY_EVERY_S='nan' must be a finite number",
+        ),
+        ("PLATFORM_SYNC_INTERVAL_S", "-5", "PLATFORM_SYNC_INTERVAL_S='-5' must be at least 0.0"),
+        ("ANNOTATOR_TOKEN_MAX_AGE_S", "7d", "ANNOTATOR_TOKEN_MAX_AGE_S='7d' is not a whole number"),
+    ],
+)
+def test_a_malformed_number_in_the_environment_stops_the_start_naming_the_variable(
+    tmp_path, variable, value, message
+):
+    env = {"DJANGO_SETTINGS_MODULE": "config.settings", "CLICKLAB_VAR_DIR": str(tmp_path)}
+    drop = ("DATABASE_URL", "CELERY_BROKER_URL")
+    result = _run(["-c", "import django; django.setup()"], {**env, variable: value}, drop=drop)
+    assert result.returncode != 0 and "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr, result.stderr[-800:]
+    good = _run(["-c", "import django; django.setup()"], {**env, variable: "7"}, drop=drop)
+    assert good.returncode == 0, good.stderr[-800:]
+
+
+def test_a_malformed_evaluation_limit_names_the_variable(tmp_path):
+    code = "import django; django.setup(); from evaluation.conf import limit; print(limit('EVAL_MAX_CLICKS'))"
+    env = {"DJANGO_SETTINGS_MODULE": "config.settings", "CLICKLAB_VAR_DIR": str(tmp_path)}
+    drop = ("DATABASE_URL", "CELERY_BROKER_URL")
+    result = _run(["-c", code], {**env, "CLICKLAB_EVAL_MAX_CLICKS": "lots"}, drop=drop)
+    assert result.returncode != 0
+    assert "CLICKLAB_EVAL_MAX_CLICKS='lots' is not a whole number: set it to e.g. 100" in result.stderr, (
+        result.stderr[-800:]
+    )
+    assert (
+        _run(["-c", code], {**env, "CLICKLAB_EVAL_MAX_CLICKS": "40"}, drop=drop).stdout.strip().endswith("40")
+    )
