@@ -90,7 +90,8 @@ def _first_error(errors, data, path: str = "") -> tuple[str, str, object]:
 _MISSING = object()
 
 
-def _validated(serializer_class, data) -> dict:
+def validated(serializer_class, data) -> dict:
+    """``data`` checked by ``serializer_class``; raises InputRefused (400) naming the first field at fault."""
     serializer = serializer_class(data=data)
     if serializer.is_valid():
         return serializer.validated_data
@@ -113,7 +114,7 @@ class AnnotatorView(APIView):
     throttle_classes: list = []
 
     def input(self, serializer_class) -> dict:
-        return _validated(serializer_class, self.request.data)
+        return validated(serializer_class, self.request.data)
 
     def handle_exception(self, exc):
         if isinstance(exc, InputRefused):

@@ -1,9 +1,11 @@
 """The annotator API of corrective-click campaigns (issue 17) under ``/api/annotator/<token>/corrective/``.
 
-Same rules as ``annotation_ui.api``: JSON, CSRF-exempt, authorised by the session token only. Every
-write is safe to repeat (the player's outbox retries until the server answers): clicks and undos carry the
+Same rules as ``annotation_ui.api``: JSON, CSRF-exempt, authorised by the session token only; every body
+passes the bounded parser (``annotation_ui.parsers``) and the endpoint's declared serializer
+(``annotation_ui.serializers``: strict types, so ``"x": true`` or an object as a key is a 400 naming the field)
+before any service runs. Every write is safe to repeat (the player's outbox retries until the server answers): clicks and undos carry the
 click's idempotency key, a round submit names its round, skip/done/finish are no-ops the second time.
-Errors are ``{"error": message}`` with 400 (malformed, e.g. a click outside the image), 404 (bad token, an
+Errors are ``{"error": message, ...}`` (a 400 adds ``"field"``) with 400 (malformed, e.g. a click outside the image), 404 (bad token, an
 item of another session), 409 (refused by the rules: skipped/finished item, budget used, model updating).
 """
 
@@ -29,22 +31,32 @@ from collector.services.corrective import (
     round_budget,
 )
 
+from . import serializers as contract
+from .api import InputRefused, validated
 from .parsers import BodyRefused, parse_body
 from .payloads import finish_payload
 from .views import session_from_token
 
 
 class BadRequest(Exception):
-    pass
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
-def _json_body(request) -> dict:
+def _input(request, serializer_class) -> dict:
     """The body through the annotator API's bounded parser (size, depth, NUL/control characters, finite
-    numbers: ``annotation_ui.parsers``); a refusal is a 400 naming what is wrong."""
+    numbers: ``annotation_ui.parsers``) and the endpoint's serializer; a refusal is a 400 naming the field."""
     try:
-        return parse_body(request.body)
+        return validated(serializer_class, parse_body(request.body))
     except BodyRefused as exc:
-        raise BadRequest(str(exc.detail)) from None
+        raise BadRequest(str(exc.detail), field=exc.field) from None
+    except InputRefused as exc:
+        raise BadRequest(exc.body["error"], field=exc.body["field"]) from None
+
+
+def _bad_request(exc: BadRequest) -> JsonResponse:
+    return _error(str(exc), 400, field=exc.field)
 
 
 def _error(message: str, status: int, **extra) -> JsonResponse:
@@ -155,21 +167,14 @@ def _item_state(item_id, token: str) -> dict:
     return item_payload(item, token=token) if item else {}
 
 
-def _require(data: dict, *names: str) -> None:
-    missing = [name for name in names if data.get(name) in (None, "")]
-    if missing:
-        raise BadRequest(f"missing field(s): {', '.join(missing)}.")
-
-
 @csrf_exempt
 @require_POST
 def click(request, token: str):
     session = _corrective_session(token)
     try:
-        data = _json_body(request)
-        _require(data, "item", "idempotency_key", "x", "y", "positive")
+        data = _input(request, contract.CorrectiveClickIn)
     except BadRequest as exc:
-        return _error(str(exc), 400)
+        return _bad_request(exc)
     try:
         stored, created = corrective_click_record(
             session=session,
@@ -178,7 +183,7 @@ def click(request, token: str):
             x=data["x"],
             y=data["y"],
             is_positive=data["positive"],
-            pointer_type=str(data.get("pointer_type") or ""),
+            pointer_type=data["pointer_type"],
             item_ms=data.get("item_ms"),
         )
     except CorrectiveRefused as exc:
@@ -195,17 +200,18 @@ def click(request, token: str):
     )
 
 
-def _item_action(request, token: str, action, fields: dict | None = None, *, timed=True, item_id_of=None):
-    """One item's action: the body's ``item`` and ``fields`` (request field -> keyword of ``action``) are
-    required, ``round_ms`` is passed on when ``timed`` and present; answers the item's new state (the item
-    is ``item_id_of(result)``, by default the result's own id)."""
+def _item_action(
+    request, token: str, action, contract_in, fields: dict | None = None, *, timed=True, item_id_of=None
+):
+    """One item's action: the body is checked by ``contract_in`` (``item`` and ``fields``, request field ->
+    keyword of ``action``, required), ``round_ms`` is passed on when ``timed`` and present; answers the
+    item's new state (the item is ``item_id_of(result)``, by default the result's own id)."""
     fields = fields or {}
     session = _corrective_session(token)
     try:
-        data = _json_body(request)
-        _require(data, "item", *fields)
+        data = _input(request, contract_in)
     except BadRequest as exc:
-        return _error(str(exc), 400)
+        return _bad_request(exc)
     kwargs = {keyword: data[name] for name, keyword in fields.items()}
     if timed:
         kwargs.update(_optional(data))
@@ -223,26 +229,29 @@ def _optional(data: dict) -> dict:
 @csrf_exempt
 @require_POST
 def undo(request, token: str):
-    return _item_action(request, token, corrective_click_undo, {"idempotency_key": "idempotency_key"},
-                        timed=False, item_id_of=lambda click: click.item_id)  # fmt: skip
+    return _item_action(request, token, corrective_click_undo, contract.CorrectiveUndoIn,
+                        {"idempotency_key": "idempotency_key"}, timed=False,
+                        item_id_of=lambda click: click.item_id)  # fmt: skip
 
 
 @csrf_exempt
 @require_POST
 def submit(request, token: str):
-    return _item_action(request, token, corrective_round_submit, {"round": "round_number"})
+    return _item_action(
+        request, token, corrective_round_submit, contract.CorrectiveSubmitIn, {"round": "round_number"}
+    )
 
 
 @csrf_exempt
 @require_POST
 def skip(request, token: str):
-    return _item_action(request, token, corrective_item_skip)
+    return _item_action(request, token, corrective_item_skip, contract.CorrectiveItemIn)
 
 
 @csrf_exempt
 @require_POST
 def done(request, token: str):
-    return _item_action(request, token, corrective_item_done)
+    return _item_action(request, token, corrective_item_done, contract.CorrectiveItemIn)
 
 
 @csrf_exempt
