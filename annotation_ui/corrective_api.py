@@ -8,7 +8,8 @@ a key is a 400 naming the field) before any service runs; the endpoints are in t
 answers): clicks and undos carry the click's idempotency key, a round submit names its round,
 skip/done/finish are no-ops the second time. Errors are ``{"error": message, "field": path|null, ...}`` with
 400 (malformed, e.g. a click outside the image), 404 (bad token, an item of another session), 409 (refused by
-the rules: skipped/finished item, budget used, model updating); refusals of an item add ``"item"``.
+the rules: skipped/finished item, budget used, model updating); refusals of an item add ``"item"``, a refused
+finish a ``"reason"`` (``items_unfinished``: wait for the updates; ``session_closed``: final).
 """
 
 from __future__ import annotations
@@ -109,7 +110,11 @@ def corrective_payload(*, session: Session, token: str) -> dict:
         # A batch already worked on resumes without the instructions.
         "started": any(item.is_finished for item in items)
         or CorrectiveClick.objects.filter(item__session=session).exists(),
-        "api": {name: url(name) for name in ("state", "click", "undo", "submit", "skip", "done", "finish")},
+        "api": {
+            **{name: url(name) for name in ("state", "click", "undo", "submit", "skip", "done", "finish")},
+            # refusals the player showed (and stopped retrying) are reported as the timed player's are
+            "problem": reverse("annotation_ui:api_problem", kwargs={"token": token}),
+        },
         "finish": finish_payload(session),
     }
 
@@ -118,7 +123,8 @@ class CorrectiveView(AnnotatorView):
     """A corrective endpoint: the token must name a session of a corrective campaign."""
 
     def refused(self, exc: CorrectiveRefused, **extra) -> Response:
-        return Response({"error": str(exc), "field": None, **extra}, status=exc.status)
+        reason = {"reason": exc.reason} if exc.reason else {}
+        return Response({"error": str(exc), "field": None, **reason, **extra}, status=exc.status)
 
 
 class State(CorrectiveView):

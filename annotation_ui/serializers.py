@@ -27,7 +27,9 @@ MAX_TIMESTAMP_MS = 1e10
 MAX_POSITION = 10_000
 MAX_CLIENT_INFO_KEYS = 40
 MAX_CLIENT_INFO_TEXT = 500
-PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start")
+PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start") + tuple(
+    f"corrective/{name}" for name in ("click", "undo", "submit", "skip", "done", "finish")
+)
 
 TOKEN_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 FLAG_PATTERN = r"^[A-Za-z0-9_.:-]{1,40}$"

@@ -12,7 +12,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.models import CorrectiveClick, CorrectiveItem
+from collector.models import CorrectiveClick, CorrectiveItem, Session
 from collector.services.corrective import corrective_items_ensure, corrective_update_apply
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make
@@ -139,3 +139,25 @@ def test_property_no_body_makes_a_server_error(campaign, endpoint, body):
     assert status < 500, answer
     if status >= 400:
         assert isinstance(answer["error"], str) and answer["error"], answer
+
+
+def test_a_refused_finish_says_whether_to_wait_or_stop_and_the_refusal_can_be_reported(campaign):
+    """The corrective player waits while items are unfinished (model updates pending) and stops, showing and
+    reporting the message, on any other refusal (issue 20.4): the 409's ``reason`` tells the two apart."""
+    token = campaign["token"]
+    status, answer = _post(token, "finish", {})
+    assert (status, answer["reason"]) == (409, "items_unfinished"), answer
+    Session.objects.update(status=Session.Status.EXPIRED)
+    response = Client(HTTP_ACCEPT_LANGUAGE="ru").post(
+        f"/api/annotator/{token}/corrective/finish", data="{}", content_type="application/json"
+    )
+    assert response.status_code == 409 and response.json()["reason"] == "session_closed", response.content
+    assert "ответы больше не принимаются" in response.json()["error"], response.json()
+    report = {"status": 409, "endpoint": "corrective/finish", "message": response.json()["error"]}
+    assert (
+        Client()
+        .post(f"/api/annotator/{token}/problem", data=json.dumps(report), content_type="application/json")
+        .status_code
+        == 204
+    )
+    assert [p["endpoint"] for p in Session.objects.get().problems] == ["corrective/finish"]
