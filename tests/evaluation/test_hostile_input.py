@@ -77,3 +77,16 @@ def test_a_well_formed_run_is_still_created(post, dataset):
     status, answer = post("/api/eval/runs/", _run(max_time_s=30, group_bounds=None, seed=2**63 - 1))
     assert status == 201, answer
     assert EvaluationRun.objects.get().method == "probe"
+
+
+def test_the_key_form_refuses_a_name_with_nul_and_says_so(researcher):
+    """The researcher page's key form (evaluation.pages.key_create): NUL was a PostgreSQL DataError (500)."""
+    from evaluation.models import EvaluationKey
+
+    client = Client()
+    client.force_login(researcher)
+    response = client.post("/eval/keys/new/", {"name": "lap\x00top"}, follow=True)
+    assert response.status_code == 200 and "control character" in response.content.decode()
+    assert not EvaluationKey.objects.filter(name__startswith="lap").exists()
+    client.post("/eval/keys/new/", {"name": "laptop"})
+    assert EvaluationKey.objects.filter(name="laptop").count() == 1
