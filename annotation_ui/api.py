@@ -106,9 +106,9 @@ def _validator(serializer_class):
     return serializer
 
 
-def _validated(serializer_class, data) -> dict:
+def validated(serializer_class, data) -> dict:
     """``data`` checked against the contract ``serializer_class``: the validated data (what ``is_valid`` and
-    ``validated_data`` give), or InputRefused naming the first field at fault."""
+    ``validated_data`` give), or InputRefused (400) naming the first field at fault."""
     try:
         return _validator(serializer_class).run_validation(data)
     except exceptions.ValidationError as exc:
@@ -132,7 +132,7 @@ class AnnotatorView(APIView):
     throttle_classes: list = []
 
     def input(self, serializer_class) -> dict:
-        return _validated(serializer_class, self.request.data)
+        return validated(serializer_class, self.request.data)
 
     def handle_exception(self, exc):
         if isinstance(exc, InputRefused):

@@ -1,20 +1,26 @@
 """The annotator API of corrective-click campaigns (issue 17) under ``/api/annotator/<token>/corrective/``.
 
-Same rules as ``annotation_ui.api``: JSON, CSRF-exempt, authorised by the session token only. Every
-write is safe to repeat (the player's outbox retries until the server answers): clicks and undos carry the
-click's idempotency key, a round submit names its round, skip/done/finish are no-ops the second time.
-Errors are ``{"error": message}`` with 400 (malformed, e.g. a click outside the image), 404 (bad token, an
-item of another session), 409 (refused by the rules: skipped/finished item, budget used, model updating).
+The same API as ``annotation_ui.api`` (its ``AnnotatorView``): JSON, CSRF-exempt, authorised by the session
+token only; every body passes the bounded parser (``annotation_ui.parsers``) and the endpoint's declared
+serializer (``annotation_ui.serializers``, ``Corrective*In``: strict types, so ``"x": true`` or an object as
+a key is a 400 naming the field) before any service runs; the endpoints are in the annotator schema
+(``/api/annotator/schema/``). Every write is safe to repeat (the player's outbox retries until the server
+answers): clicks and undos carry the click's idempotency key, a round submit names its round,
+skip/done/finish are no-ops the second time. Errors are ``{"error": message, "field": path|null, ...}`` with
+400 (malformed, e.g. a click outside the image), 404 (bad token, an item of another session), 409 (refused by
+the rules: skipped/finished item, budget used, model updating); refusals of an item add ``"item"``, a refused
+finish a ``"reason"`` (``items_unfinished``: wait for the updates; ``session_closed``: final).
 """
 
 from __future__ import annotations
 
 from django.core.files.storage import default_storage
-from django.http import FileResponse, Http404, JsonResponse
+from django.http import FileResponse, Http404
 from django.urls import reverse
-from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.response import Response
 
 from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveMask, Session
 from collector.services.corrective import (
@@ -29,35 +35,12 @@ from collector.services.corrective import (
     round_budget,
 )
 
-from .parsers import BodyRefused, parse_body
+from . import serializers as contract
+from .api import ERRORS, REFUSED, TOKEN_PARAMETER, AnnotatorView
 from .payloads import finish_payload
 from .views import session_from_token
 
-
-class BadRequest(Exception):
-    pass
-
-
-def _json_body(request) -> dict:
-    """The body through the annotator API's bounded parser (size, depth, NUL/control characters, finite
-    numbers: ``annotation_ui.parsers``); a refusal is a 400 naming what is wrong."""
-    try:
-        return parse_body(request.body)
-    except BodyRefused as exc:
-        raise BadRequest(str(exc.detail)) from None
-
-
-def _error(message: str, status: int, **extra) -> JsonResponse:
-    response = JsonResponse({"error": message, **extra}, status=status)
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-def _ok(data: dict, status: int = 200) -> JsonResponse:
-    response = JsonResponse(data, status=status)
-    response["Cache-Control"] = "no-store"
-    return response
-
+ITEM_OUT = OpenApiResponse(OpenApiTypes.OBJECT, description="{ok, item: the item's new state}.")
 
 IMAGE_TYPES = {
     "jpg": "image/jpeg",
@@ -127,21 +110,30 @@ def corrective_payload(*, session: Session, token: str) -> dict:
         # A batch already worked on resumes without the instructions.
         "started": any(item.is_finished for item in items)
         or CorrectiveClick.objects.filter(item__session=session).exists(),
-        "api": {name: url(name) for name in ("state", "click", "undo", "submit", "skip", "done", "finish")},
+        "api": {
+            **{name: url(name) for name in ("state", "click", "undo", "submit", "skip", "done", "finish")},
+            # refusals the player showed (and stopped retrying) are reported as the timed player's are
+            "problem": reverse("annotation_ui:api_problem", kwargs={"token": token}),
+        },
         "finish": finish_payload(session),
     }
 
 
-def _refused(exc: CorrectiveRefused, **extra):
-    return _error(str(exc), exc.status, **extra)
+class CorrectiveView(AnnotatorView):
+    """A corrective endpoint: the token must name a session of a corrective campaign."""
+
+    def refused(self, exc: CorrectiveRefused, **extra) -> Response:
+        reason = {"reason": exc.reason} if exc.reason else {}
+        return Response({"error": str(exc), "field": None, **reason, **extra}, status=exc.status)
 
 
-@csrf_exempt
-@never_cache
-@require_GET
-def state(request, token: str):
-    session = _corrective_session(token)
-    return _ok(corrective_payload(session=session, token=token))
+class State(CorrectiveView):
+    """The campaign's items with their rounds, clicks and current masks, and the finish step."""
+
+    @extend_schema(parameters=[TOKEN_PARAMETER], responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    def get(self, request, token: str):
+        session = _corrective_session(token)
+        return Response(corrective_payload(session=session, token=token))
 
 
 def _item_state(item_id, token: str) -> dict:
@@ -155,105 +147,147 @@ def _item_state(item_id, token: str) -> dict:
     return item_payload(item, token=token) if item else {}
 
 
-def _require(data: dict, *names: str) -> None:
-    missing = [name for name in names if data.get(name) in (None, "")]
-    if missing:
-        raise BadRequest(f"missing field(s): {', '.join(missing)}.")
+class Click(CorrectiveView):
+    """One click on the item's current round (201 stored, 200 a retry of a stored click)."""
 
-
-@csrf_exempt
-@require_POST
-def click(request, token: str):
-    session = _corrective_session(token)
-    try:
-        data = _json_body(request)
-        _require(data, "item", "idempotency_key", "x", "y", "positive")
-    except BadRequest as exc:
-        return _error(str(exc), 400)
-    try:
-        stored, created = corrective_click_record(
-            session=session,
-            item_id=data["item"],
-            idempotency_key=data["idempotency_key"],
-            x=data["x"],
-            y=data["y"],
-            is_positive=data["positive"],
-            pointer_type=str(data.get("pointer_type") or ""),
-            item_ms=data.get("item_ms"),
-        )
-    except CorrectiveRefused as exc:
-        return _refused(exc, item=data.get("item"))
-    return _ok(
-        {
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.CorrectiveClickIn,
+        responses={201: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT, **ERRORS, **REFUSED},
+    )
+    def post(self, request, token: str):
+        session = _corrective_session(token)
+        data = self.input(contract.CorrectiveClickIn)
+        try:
+            stored, created = corrective_click_record(
+                session=session,
+                item_id=data["item"],
+                idempotency_key=data["idempotency_key"],
+                x=data["x"],
+                y=data["y"],
+                is_positive=data["positive"],
+                pointer_type=data["pointer_type"],
+                item_ms=data.get("item_ms"),
+            )
+        except CorrectiveRefused as exc:
+            return self.refused(exc, item=data["item"])
+        body = {
             "ok": True,
             "created": created,
             "round": stored.round,
             "order": stored.order,
             "item": _item_state(stored.item_id, token),
-        },
-        status=201 if created else 200,
+        }
+        return Response(body, status=201 if created else 200)
+
+
+class ItemAction(CorrectiveView):
+    """One item's action: the body is checked by ``contract_in``; ``service`` gets the item, the body's
+    ``fields`` (request field -> keyword of ``service``) and ``round_ms`` when ``timed`` and present; answers
+    the item's new state (the item is ``item_id_of(result)``, by default the result's own id)."""
+
+    contract_in = contract.CorrectiveItemIn
+    fields: dict = {}
+    timed = True
+
+    @staticmethod
+    def service(**kwargs):
+        raise NotImplementedError
+
+    @staticmethod
+    def item_id_of(result) -> int:
+        return result.pk
+
+    def post(self, request, token: str):
+        session = _corrective_session(token)
+        data = self.input(self.contract_in)
+        kwargs = {keyword: data[name] for name, keyword in self.fields.items()}
+        if self.timed and data.get("round_ms") is not None:
+            kwargs["round_ms"] = data["round_ms"]
+        try:
+            result = self.service(session=session, item_id=data["item"], **kwargs)
+        except CorrectiveRefused as exc:
+            return self.refused(exc, item=data["item"])
+        return Response({"ok": True, "item": _item_state(self.item_id_of(result), token)})
+
+
+def _item_schema(contract_in):
+    return extend_schema(
+        parameters=[TOKEN_PARAMETER], request=contract_in, responses={200: ITEM_OUT, **ERRORS, **REFUSED}
     )
 
 
-def _item_action(request, token: str, action, fields: dict | None = None, *, timed=True, item_id_of=None):
-    """One item's action: the body's ``item`` and ``fields`` (request field -> keyword of ``action``) are
-    required, ``round_ms`` is passed on when ``timed`` and present; answers the item's new state (the item
-    is ``item_id_of(result)``, by default the result's own id)."""
-    fields = fields or {}
-    session = _corrective_session(token)
-    try:
-        data = _json_body(request)
-        _require(data, "item", *fields)
-    except BadRequest as exc:
-        return _error(str(exc), 400)
-    kwargs = {keyword: data[name] for name, keyword in fields.items()}
-    if timed:
-        kwargs.update(_optional(data))
-    try:
-        result = action(session=session, item_id=data["item"], **kwargs)
-    except CorrectiveRefused as exc:
-        return _refused(exc, item=data.get("item"))
-    return _ok({"ok": True, "item": _item_state(item_id_of(result) if item_id_of else result.pk, token)})
+class Undo(ItemAction):
+    """Undo the latest live click of the current round (again: a no-op)."""
+
+    contract_in = contract.CorrectiveUndoIn
+    fields = {"idempotency_key": "idempotency_key"}
+    timed = False
+    service = staticmethod(corrective_click_undo)
+    item_id_of = staticmethod(lambda click: click.item_id)
+
+    @_item_schema(contract.CorrectiveUndoIn)
+    def post(self, request, token: str):
+        return super().post(request, token)
 
 
-def _optional(data: dict) -> dict:
-    return {"round_ms": data["round_ms"]} if data.get("round_ms") is not None else {}
+class Submit(ItemAction):
+    """End the item's current round and queue the model update (a repeated submit: the item unchanged)."""
+
+    contract_in = contract.CorrectiveSubmitIn
+    fields = {"round": "round_number"}
+    service = staticmethod(corrective_round_submit)
+
+    @_item_schema(contract.CorrectiveSubmitIn)
+    def post(self, request, token: str):
+        return super().post(request, token)
 
 
-@csrf_exempt
-@require_POST
-def undo(request, token: str):
-    return _item_action(request, token, corrective_click_undo, {"idempotency_key": "idempotency_key"},
-                        timed=False, item_id_of=lambda click: click.item_id)  # fmt: skip
+class Skip(ItemAction):
+    """ "Skip / mask is fine": the item ends with its current mask."""
+
+    service = staticmethod(corrective_item_skip)
+
+    @_item_schema(contract.CorrectiveItemIn)
+    def post(self, request, token: str):
+        return super().post(request, token)
 
 
-@csrf_exempt
-@require_POST
-def submit(request, token: str):
-    return _item_action(request, token, corrective_round_submit, {"round": "round_number"})
+class Done(ItemAction):
+    """ "Done": live clicks of the round are applied first, then the item ends."""
+
+    service = staticmethod(corrective_item_done)
+
+    @_item_schema(contract.CorrectiveItemIn)
+    def post(self, request, token: str):
+        return super().post(request, token)
 
 
-@csrf_exempt
-@require_POST
-def skip(request, token: str):
-    return _item_action(request, token, corrective_item_skip)
+class Finish(CorrectiveView):
+    """The completion step, once every item is done or skipped."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.FinishIn,
+        responses={200: contract.FinishOut, **ERRORS, **REFUSED},
+    )
+    def post(self, request, token: str):
+        session = _corrective_session(token)
+        self.input(contract.FinishIn)
+        try:
+            finished = corrective_session_finish(session_id=session.pk)
+        except CorrectiveRefused as exc:
+            return self.refused(exc)
+        return Response({"ok": True, "finish": finish_payload(finished)})
 
 
-@csrf_exempt
-@require_POST
-def done(request, token: str):
-    return _item_action(request, token, corrective_item_done)
-
-
-@csrf_exempt
-@require_POST
-def finish(request, token: str):
-    session = _corrective_session(token)
-    try:
-        finished = corrective_session_finish(session_id=session.pk)
-    except CorrectiveRefused as exc:
-        return _refused(exc)
-    return _ok({"ok": True, "finish": finish_payload(finished)})
+state = State.as_view()
+click = Click.as_view()
+undo = Undo.as_view()
+submit = Submit.as_view()
+skip = Skip.as_view()
+done = Done.as_view()
+finish = Finish.as_view()
 
 
 @require_GET

@@ -27,7 +27,9 @@ MAX_TIMESTAMP_MS = 1e10
 MAX_POSITION = 10_000
 MAX_CLIENT_INFO_KEYS = 40
 MAX_CLIENT_INFO_TEXT = 500
-PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start")
+PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start") + tuple(
+    f"corrective/{name}" for name in ("click", "undo", "submit", "skip", "done", "finish")
+)
 
 TOKEN_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 FLAG_PATTERN = r"^[A-Za-z0-9_.:-]{1,40}$"
@@ -61,6 +63,17 @@ class StrictInteger(serializers.IntegerField):
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return data
+
+
+class StrictBoolean(serializers.BooleanField):
+    """A JSON boolean (never 1, "true" or "yes")."""
+
+    default_error_messages = {"invalid": "must be true or false (a JSON boolean)"}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
             self.fail("invalid")
         return data
 
@@ -236,6 +249,66 @@ class ProblemIn(serializers.Serializer):
 
 class FinishIn(serializers.Serializer):
     """``finish`` takes no fields (an empty body or ``{}``)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# corrective-click campaigns (annotation_ui.corrective_api)
+
+#: A round's or an item's working time: at most a day (the service's own bound).
+MAX_ROUND_MS = 24 * 3600 * 1000.0
+
+
+def _item_id() -> StrictInteger:
+    return StrictInteger(min_value=1, help_text="The item's id (from the state's items).")
+
+
+def _round_ms() -> StrictNumber:
+    return StrictNumber(
+        required=False, allow_null=True, min_value=0.0, max_value=MAX_ROUND_MS,
+        help_text="Time spent on the item's current round, ms.",
+    )  # fmt: skip
+
+
+def _click_key() -> StrictString:
+    return StrictString(
+        min_length=1,
+        max_length=64,
+        validators=[RegexValidator(TOKEN_PATTERN, "must be 1-64 letters, digits or _.:- (a UUID is best)")],
+        help_text="The click's key: a new one per click, the same on a retry.",
+    )
+
+
+class CorrectiveItemIn(serializers.Serializer):
+    """skip / done: the item, and the time spent on its current round."""
+
+    item = _item_id()
+    round_ms = _round_ms()
+
+
+class CorrectiveClickIn(serializers.Serializer):
+    """One corrective click, in the image's pixels (x = column, y = row, origin top-left)."""
+
+    item = _item_id()
+    idempotency_key = _click_key()
+    x = StrictNumber(min_value=-MAX_COORDINATE_PX, max_value=MAX_COORDINATE_PX, help_text="Column, px.")
+    y = StrictNumber(min_value=-MAX_COORDINATE_PX, max_value=MAX_COORDINATE_PX, help_text="Row, px.")
+    positive = StrictBoolean(help_text="True: on the object (add); false: background (remove).")
+    pointer_type = serializers.ChoiceField(choices=["mouse", "touch", "pen", ""], required=False, default="")
+    item_ms = StrictNumber(
+        required=False, allow_null=True, min_value=-MAX_TIMESTAMP_MS, max_value=MAX_TIMESTAMP_MS,
+        help_text="ms since the item was shown.",
+    )  # fmt: skip
+
+
+class CorrectiveUndoIn(serializers.Serializer):
+    item = _item_id()
+    idempotency_key = _click_key()
+
+
+class CorrectiveSubmitIn(serializers.Serializer):
+    item = _item_id()
+    round = StrictInteger(min_value=0, max_value=1000, help_text="The round being submitted (the item's).")
+    round_ms = _round_ms()
 
 
 # ------------------------------------------------------------------------------------------------

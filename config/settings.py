@@ -211,6 +211,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's three, the JSON one turning a body nested too deep for the decoder into a 400 (issue 20)
+    "DEFAULT_PARSER_CLASSES": [
+        "collector.api.parsers.ResearcherJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 
 # --- security (production) ------------------------------------------------------------------------

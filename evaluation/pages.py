@@ -114,7 +114,11 @@ def leaderboard(request):
 @researcher_required
 @require_POST
 def key_create(request):
-    _, raw = services.create_key(user=request.user, name=request.POST.get("name", "")[:100])
+    name = request.POST.get("name", "")[:100]
+    if not name.isprintable():  # NUL cannot be stored (PostgreSQL); no control character means anything here
+        messages.error(request, f"The key name {name!r} holds a control character; use printable characters.")
+        return redirect("evaluation_pages:leaderboard")
+    _, raw = services.create_key(user=request.user, name=name)
     messages.success(request, f"Your new evaluation key (shown only now, copy it): {raw}")
     return redirect("evaluation_pages:leaderboard")
 

@@ -24,6 +24,7 @@ from . import serializers, services
 from .auth import EvaluationKeyAuthentication, EvaluationRateThrottle
 from .conf import limit
 from .models import EvaluationKey, EvaluationRun
+from .parsers import EvalJSONParser
 
 ERRORS = {code: OpenApiResponse(serializers.ErrorSerializer) for code in (400, 401, 404, 409, 410, 429)}
 IDEMPOTENCY = OpenApiParameter(
@@ -36,10 +37,15 @@ class EvalView(APIView):
     authentication_classes = [EvaluationKeyAuthentication, TokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     throttle_classes = [EvaluationRateThrottle]
+    # JSON only, bounded (nesting, numbers, control characters): evaluation keys are held outside the lab
+    parser_classes = [EvalJSONParser]
 
     def handle_exception(self, exc):
         if isinstance(exc, services.EvalError):
             return Response({"error": exc.code, "detail": exc.message}, status=exc.status)
+        if isinstance(exc, ParseError):
+            detail = f"the request body is not valid JSON: {exc.detail}"
+            return Response({"error": "invalid_json", "detail": detail}, status=400)
         return super().handle_exception(exc)
 
     def body(self) -> dict:

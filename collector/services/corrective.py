@@ -69,9 +69,10 @@ class CorrectiveRefused(Exception):
     the message to the worker: refusals of a state (409) are translated; 400s answer a client that broke the
     API's contract and stay in English."""
 
-    def __init__(self, message: str, *, status: int = 409):
+    def __init__(self, message: str, *, status: int = 409, reason: str = ""):
         super().__init__(message)
         self.status = status
+        self.reason = reason  # a machine-readable code where the player acts on it (finish: wait or stop)
 
 
 class CorrectiveUpdateError(Exception):
@@ -638,7 +639,9 @@ def corrective_session_finish(*, session_id: int) -> Session:
             return session
         if session.status != Session.Status.STARTED:
             raise CorrectiveRefused(
-                f"session {session.pk} is {session.status}; it can no longer be finished."
+                _("session %(session)s is %(status)s; it takes no more work.")
+                % {"session": session.pk, "status": session.status},
+                reason="session_closed",
             )
         open_items = list(
             session.corrective_items.exclude(
@@ -652,7 +655,8 @@ def corrective_session_finish(*, session_id: int) -> Session:
         if open_items or not session.corrective_items.exists():
             raise CorrectiveRefused(
                 f"session {session.pk} still has unfinished item(s) at position(s) "
-                f"{', '.join(map(str, open_items)) or 'all'}; finish or skip each one first."
+                f"{', '.join(map(str, open_items)) or 'all'}; finish or skip each one first.",
+                reason="items_unfinished",
             )
         from collector.services.allocation import inflight_release
 

@@ -104,11 +104,22 @@
     next();
   }
 
-  /** The server refused a write: say why, and take the server's state of the items as it is. */
+  /** Tell the server about a refusal shown to the worker (POST .../problem, as the timed player does); best
+   *  effort: a failure to report changes nothing for the worker. */
+  function reportProblem(endpoint, status, message, itemId) {
+    if (!api.problem) { return; }
+    var at = itemId === undefined ? -1 : byId(itemId);
+    var body = { status: status, endpoint: "corrective/" + endpoint, message: String(message).slice(0, 500),
+      position: at >= 0 ? items[at].position : null };
+    request("POST", api.problem, body, 10000).catch(function () {});
+  }
+
+  /** The server refused a write: it is not retried; say why, report it, and take the server's state. */
   function refused(entry, result) {
     var message = (result.data && result.data.error) || ("HTTP " + result.status);
     if (window.console) { console.warn("refused", result.status, message); }
     if (current() && entry.body.item === current().id) { showError(message); }
+    reportProblem(entry.url.split("/").pop(), result.status, message, entry.body.item);
     refreshState();
   }
 
@@ -436,6 +447,14 @@
     (function attempt(tries) {
       outboxDrain().then(function () { return request("POST", api.finish, {}, 20000); }).then(function (result) {
         if (result.ok) { runFinishAction(result.data.finish || {}); return; }
+        var waiting = result.status === 409 && result.data.reason === "items_unfinished";
+        if (!waiting && result.status >= 400 && result.status < 500 && result.status !== 408 && result.status !== 429) {
+          // final (the session is closed or expired, the link is not valid): say so, report it, stop
+          var message = result.data.error || ("HTTP " + result.status);
+          $("saving-detail").textContent = message;
+          reportProblem("finish", result.status, message);
+          return;
+        }
         $("saving-detail").textContent = gettext("Waiting for the last mask updates…");
         return sleep(Math.min(3000, 500 + tries * 250)).then(function () { attempt(tries + 1); });
       }, function () {

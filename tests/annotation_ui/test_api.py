@@ -18,12 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.models import Click, Session, Trial
+from collector.services.corrective import corrective_items_ensure, corrective_update_apply
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 ENDPOINTS = ("click", "client", "presented", "problem", "finish")
+CORRECTIVE_ENDPOINTS = ("click", "undo", "submit", "skip", "done", "finish")
 
 
 @pytest.fixture
@@ -187,7 +189,9 @@ def test_property_no_body_makes_a_server_error(token, endpoint, body):
 def test_schema_is_served_validates_and_holds_only_annotator_endpoints(client):
     schema = client.get(reverse("annotation_ui:api_schema"), {"format": "json"}).json()
     validate_schema(schema)
-    assert set(schema["paths"]) == {f"/api/annotator/{{token}}/{name}" for name in (*ENDPOINTS, "state")}
+    assert set(schema["paths"]) == {f"/api/annotator/{{token}}/{name}" for name in (*ENDPOINTS, "state")} | {
+        f"/api/annotator/{{token}}/corrective/{name}" for name in (*CORRECTIVE_ENDPOINTS, "state")
+    }
     click = schema["components"]["schemas"]["ClickInRequest"]
     assert click["properties"]["x"]["type"] == "number" and click["properties"]["x"]["maximum"] == 100000
     assert click["properties"]["idempotency_key"]["type"] == "string"
@@ -198,15 +202,25 @@ def test_schema_is_served_validates_and_holds_only_annotator_endpoints(client):
 def test_schemathesis_over_the_annotator_api_finds_no_server_error(
     live_server, transactional_db, study, tmp_path
 ):
-    # One real session, so the generated requests reach the input rules and the services, not just the 404.
+    # Real sessions (a timed batch; a corrective campaign whose items take clicks), so the generated requests
+    # reach the input rules and the services, not just the 404.
     session = session_start(study=study, worker=make_worker(), device="pc")
     token = session_token_make(session_id=session.pk)
+    campaign = make_study(
+        make_dataset(tmp_path / "campaign", n_images=2, size=(64, 48)), publish=True, kind="corrective",
+        batch_size=2, quota_pc=1, quota_mobile=1,
+    )  # fmt: skip
+    corrective = session_start(study=campaign, worker=make_worker(), device="pc")
+    for item in corrective_items_ensure(session=corrective, send=False):
+        corrective_update_apply(item_id=item.pk, round_number=0)
+    corrective_token = session_token_make(session_id=corrective.pk)
     schema = Client().get(reverse("annotation_ui:api_schema"), {"format": "json"}).json()
-    for operations in schema["paths"].values():
+    for path, operations in schema["paths"].items():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 if parameter["name"] == "token":
-                    parameter["schema"] = {"type": "string", "enum": [token]}
+                    named = corrective_token if "/corrective/" in path else token
+                    parameter["schema"] = {"type": "string", "enum": [named]}
     schema_file = tmp_path / "annotator-schema.json"
     schema_file.write_text(json.dumps(schema))
     command = [
@@ -224,7 +238,7 @@ def test_schemathesis_over_the_annotator_api_finds_no_server_error(
     report = result.stdout[-6000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
     generated = re.search(r"(\d+) generated, (\d+) passed", result.stdout)
-    assert generated and int(generated[1]) > 100 and generated[1] == generated[2], report
+    assert generated and int(generated[1]) > 250 and generated[1] == generated[2], report
 
 
 # ------------------------------------------------------------------------------------------------

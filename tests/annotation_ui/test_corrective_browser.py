@@ -162,3 +162,41 @@ def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_b
         segmentation = annotation["segmentation"]
         decoded = coco_mask.decode({"size": segmentation["size"], "counts": segmentation["counts"].encode()})
         assert np.array_equal(decoded.astype(bool), read_mask(item.current_mask.file.name))
+
+
+def test_a_refused_corrective_click_is_not_retried_is_shown_and_reported(chromium, player_server, tmp_path):
+    """Issue 20.4 for the corrective player: the session expires while the worker clicks, so the server
+    refuses the click with a 409. The outbox sends it once, the item shows the server's reason, and the
+    refusal is reported to POST .../problem, where it is kept on the session. The initial masks are applied
+    here (no models worker: nothing else is tested)."""
+    from collector.services.corrective import corrective_update_apply
+
+    dataset = make_dataset(tmp_path, n_images=2, size=(160, 120))
+    study = make_study(dataset, publish=True, kind="corrective", batch_size=2, quota_pc=1, quota_mobile=1)
+    context = chromium.new_context(**DESKTOP)
+    page = context.new_page()
+    clicks = []
+    page.on("request", lambda r: clicks.append(r.url) if r.url.endswith("/corrective/click") else None)
+    try:
+        open_player(page, entry_url(player_server.url, study, "pc"))
+        session = Session.objects.get(study=study)
+        for item in CorrectiveItem.objects.filter(session=session):
+            corrective_update_apply(item_id=item.pk, round_number=0)
+        page.click("#start-button")
+        view = _wait_clicking(page, round_number=1, index=0)
+        Session.objects.filter(pk=session.pk).update(status=Session.Status.EXPIRED)
+        page.mouse.click(*_client_point(page, view, *_centre(view)))
+        page.wait_for_function(
+            "() => !document.getElementById('item-error').hidden"
+            " && document.getElementById('item-error').textContent.includes('takes no more work')",
+            timeout=30_000,
+        )
+        page.wait_for_timeout(3000)  # room for a retry that must not come
+    finally:
+        context.close()
+        purge_queues()  # the initial-mask tasks queued for a models worker that never ran
+    assert len(clicks) == 1, clicks
+    problems = Session.objects.get(pk=session.pk).problems
+    assert [(p["endpoint"], p["status"], p["position"]) for p in problems] == [("corrective/click", 409, 0)]
+    assert "takes no more work" in problems[0]["message"]
+    assert not CorrectiveClick.objects.filter(item__session=session).exists()

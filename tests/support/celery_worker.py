@@ -44,8 +44,17 @@ def worker_environment() -> dict[str, str]:
 class CeleryWorkerProcess:
     """Start, kill and restart a real worker; ``log()`` returns what it printed."""
 
-    def __init__(self, *, queues: str = "default,models", concurrency: int = 1, log_dir: Path | None = None):
+    def __init__(
+        self,
+        *,
+        queues: str = "default,models",
+        concurrency: int = 1,
+        log_dir: Path | None = None,
+        environment: dict[str, str] | None = None,
+    ):
+        """``environment``: variables set for this worker on top of the test's (e.g. the relay interval)."""
         self.queues = queues
+        self.extra_environment = dict(environment or {})
         self.concurrency = concurrency
         self.log_dir = log_dir or (PROJECT_ROOT / "var" / "test-logs")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -54,7 +63,7 @@ class CeleryWorkerProcess:
         self._log_offset = 0
 
     def _environment(self) -> dict[str, str]:
-        env = worker_environment()
+        env = {**worker_environment(), **self.extra_environment}
         self.media_root = env["CLICKLAB_MEDIA_ROOT"]
         return env
 

@@ -103,3 +103,39 @@ def test_with_the_broker_up_the_intent_is_sent_at_commit_and_the_relay_has_nothi
         timeout_s=60,
         what=f"validation of session {session.pk}",
     )
+
+
+def test_without_beat_a_worker_s_relay_thread_sends_the_pending_validation_within_its_interval(
+    client, tmp_path, settings, exclusive_broker
+):
+    """Issue 20.4: no beat and no ``outbox_relay`` process, only a worker; the relay thread every worker runs
+    (``tasks.outbox``, interval ``CLICKLAB_OUTBOX_RELAY_EVERY_S``, here 2 s) sends the validation that the
+    finish could not send while the broker was down, and that worker validates the session."""
+    from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
+
+    study = make_study(make_dataset(tmp_path, n_images=3, size=(64, 48)), publish=True, batch_size=3)
+    TaskIntent.objects.all().delete()  # publishing's render intent is not what this test watches
+    session, finish_url = _clicked_session(client, study)
+    with broker_down():
+        assert _post(client, finish_url, {}).status_code == 200
+    intent = TaskIntent.objects.get(task_name=VALIDATE)
+    assert intent.sent_at is None and intent.attempts == 1
+    purge_queues()
+    worker = CeleryWorkerProcess(
+        queues="default",
+        environment={"CLICKLAB_OUTBOX_RELAY_EVERY_S": "2", "CLICKLAB_OUTBOX_RELAY_GRACE_S": "0"},
+    )
+    started = time.monotonic()
+    worker.start()
+    try:
+        assert "outbox relay thread started (every 2.0s)" in worker.log()
+        wait_until(
+            lambda: Session.objects.filter(pk=session.pk, validated_at__isnull=False).exists(),
+            timeout_s=60,
+            what=f"the worker's relay thread to send and validate session {session.pk}; log:\n{worker.log()}",
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        worker.stop()
+    assert TaskIntent.objects.get(pk=intent.pk).sent_at is not None
+    assert elapsed < 30, f"validated {elapsed:.1f} s after the worker started (relay every 2 s)"

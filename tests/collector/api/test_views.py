@@ -175,3 +175,12 @@ def test_segmenter_choice_build_failure_and_mask_provenance_over_the_api(
         "vit_h",
         "cd" * 32,
     )
+
+
+def test_a_body_nested_too_deep_for_the_decoder_is_a_400_not_a_server_error(api_for, alice):
+    """Issue 20: 15,000 '[' made DRF's JSONParser raise RecursionError (a 500); now a 400 saying so."""
+    response = api_for(alice).post(
+        "/api/researcher/studies/", data="[" * 15_000, content_type="application/json"
+    )
+    assert response.status_code == 400, response.content[:300]
+    assert "too deep" in response.json()["detail"]
