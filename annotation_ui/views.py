@@ -286,7 +286,9 @@ def preview(request, study_id: int):
         return redirect_to_login(request.get_full_path())
     study = study_visible_or_404(user=request.user, study_id=study_id)
     device = request.GET.get("device") if request.GET.get("device") in ("pc", "mobile") else "pc"
-    seed = int(request.GET["batch"]) if request.GET.get("batch", "").isdigit() else 0
+    batch = request.GET.get("batch", "")
+    # ASCII digits, at most 9 (int() refuses other Unicode digits and more than 4,300 digits with a ValueError)
+    seed = int(batch) if batch.isascii() and batch.isdigit() and len(batch) <= 9 else 0
     try:
         round_ = study_preview_round(study_id=study.pk)
     except StudyStateError as exc:

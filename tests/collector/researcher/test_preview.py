@@ -55,6 +55,15 @@ def test_a_draft_is_previewed_with_a_real_batch(client, alice, crowded_draft):
     assert len(orders) > 1  # "another batch" shows another order
 
 
+@pytest.mark.parametrize("batch", ["9" * 5000, "\u00b2", "12345678901234", "-3", "x"])
+def test_a_batch_number_the_preview_cannot_use_shows_the_first_batch(client, alice, crowded_draft, batch):
+    client.force_login(alice)
+    response = client.get(f"/preview/{crowded_draft.pk}/", {"batch": batch})
+    assert response.status_code == 200  # a 4,301-digit or superscript number was a 500
+    first = client.get(f"/preview/{crowded_draft.pk}/")
+    assert _payload(response)["trials"] == _payload(first)["trials"]
+
+
 def test_the_preview_needs_a_researcher_who_may_see_the_study(client, bob, crowded_draft):
     assert client.get(f"/preview/{crowded_draft.pk}/").status_code == 302  # to the login
     client.force_login(bob)
