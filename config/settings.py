@@ -112,6 +112,7 @@ INSTALLED_APPS = [
     "annotation_ui",
     "evaluation",
     "exports",
+    "drf_spectacular",  # the researcher API's OpenAPI schema
 ]
 
 MIDDLEWARE = [
@@ -128,6 +129,9 @@ MIDDLEWARE = [
     "annotation_ui.errors.AnnotatorApiJsonErrorsMiddleware",
     # a database restart mid-request: 503 + Retry-After (retried by the player), not a 500
     "config.unavailable.DatabaseUnavailableMiddleware",
+    # Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
+    # only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
+    "collector.platforms.framing.FramedPlatformMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -211,12 +215,13 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # DRF's three, the JSON one turning a body nested too deep for the decoder into a 400 (issue 20)
+    # DRF's three, the JSON one turning a body nested too deep for the decoder into a 400
     "DEFAULT_PARSER_CLASSES": [
         "collector.api.parsers.ResearcherJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # --- security (production) ------------------------------------------------------------------------
@@ -234,6 +239,110 @@ if not DEBUG:
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     if env_bool("BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Logs -----------------------------------------------------------------------------------------
+# JSON lines with LOG_FORMAT=json (production), readable lines otherwise; both carry every extra={...}
+# field (session_id, study_id, ...). The redaction filter on the one handler removes secrets and annotator
+# tokens from messages, arguments, fields, tracebacks and request paths. django, django.request and
+# django.server (runserver's access lines) write through it, as Celery workers (config/celery.py) and gunicorn
+# (`gunicorn -c config/gunicorn.py config.wsgi`: its access and error lines) do.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").lower()
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"environment variable LOG_FORMAT={LOG_FORMAT!r}: use json or text.")
+LOGGING = logging_config(LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
+
+# --- Researcher area and researcher API ----------------------------------------------------------
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Clicklab researcher API",
+    "DESCRIPTION": (
+        "Set up, watch and steer click-collection studies. Authenticate with `Authorization: Token <key>` "
+        "(a researcher's DRF token). Annotator endpoints are not part of this API."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/researcher/",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+# Where the researcher area sends people who are not logged in.
+RESEARCHER_LOGIN_URL = "/researcher/login/"
+
+# --- Annotator links and segmenters ----------------------------------------------------------------
+# Annotator links are signed with SECRET_KEY (salted); a token is scoped to one session.
+ANNOTATOR_TOKEN_MAX_AGE_S = env_int("ANNOTATOR_TOKEN_MAX_AGE_S", 7 * 24 * 3600)
+# Public base URL used in links handed to crowd platforms (no trailing slash).
+PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+SEGMENTER_CHECKPOINT_DIR = Path(os.environ.get("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
+
+
+def _segmenter_checkpoints() -> dict:
+    """The checkpoints a study may choose for its next-round builds, by key (``sam:vit_b``, ...).
+
+    ``CLICKLAB_SEGMENTER_CHECKPOINTS``: a JSON object or comma-separated ``predictor:variant[:label]=path``
+    entries, paths absolute or relative to CLICKLAB_CHECKPOINT_DIR (format: segmenters/checkpoints.py).
+    """
+    text = os.environ.get("CLICKLAB_SEGMENTER_CHECKPOINTS", "")
+    if not text.strip():
+        return {}
+    from segmenters.base import SegmenterError
+    from segmenters.checkpoints import parse_checkpoint_table
+
+    try:
+        return parse_checkpoint_table(text, source="CLICKLAB_SEGMENTER_CHECKPOINTS")
+    except SegmenterError as error:
+        raise ImproperlyConfigured(str(error)) from None
+
+
+SEGMENTER_CHECKPOINTS = _segmenter_checkpoints()
+# Segmenters of next-round builds for studies that choose none: "embedded", keys of SEGMENTER_CHECKPOINTS,
+# predictor names or predictor:variant (official file names in the checkpoint directory).
+NEXT_ROUND_SEGMENTERS = env_list("CLICKLAB_NEXT_ROUND_SEGMENTERS", "embedded")
+
+# --- Crowd platforms ---------------------------------------------------------------------------------
+# Credentials come from the environment only and are never logged (config.logging_filters).
+TOLOKA_TOKEN = os.environ.get("TOLOKA_TOKEN", "")
+TOLOKA_API_URL = os.environ.get("TOLOKA_API_URL", "https://toloka.dev").rstrip("/")
+AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
+AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+MTURK_SANDBOX = env_bool("MTURK_SANDBOX", True)
+MTURK_ENDPOINT_URL = os.environ.get("MTURK_ENDPOINT_URL", "")
+# Toloka client: retries (5xx, 408/429, timeouts) and timeouts of every API call; the entry page makes
+# one quick call (the worker waits) with its own timeout.
+TOLOKA_RETRIES = env_int("TOLOKA_RETRIES", 3)
+TOLOKA_TIMEOUT_S = env_float("TOLOKA_TIMEOUT_S", 10.0)
+TOLOKA_ENTRY_TIMEOUT_S = env_float("TOLOKA_ENTRY_TIMEOUT_S", 5.0)
+# Hosts allowed to frame the MTurk views (CSP frame-ancestors) and to receive the externalSubmit post.
+MTURK_FRAME_ANCESTORS = env_list(
+    "MTURK_FRAME_ANCESTORS", "https://www.mturk.com,https://workersandbox.mturk.com"
+)
+MTURK_SUBMIT_ORIGINS = env_list(
+    "MTURK_SUBMIT_ORIGINS", "https://www.mturk.com,https://workersandbox.mturk.com"
+)
+MTURK_REGION = os.environ.get("MTURK_REGION", "us-east-1")
+PROLIFIC_COMPLETE_URL = os.environ.get(
+    "PROLIFIC_COMPLETE_URL", "https://app.prolific.com/submissions/complete"
+).rstrip("/")
+PLATFORM_SYNC_INTERVAL_S = env_float("PLATFORM_SYNC_INTERVAL_S", 60.0)
+
+# --- Sessions and validation ------------------------------------------------------------------------
+# Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
+EXPIRE_SESSIONS_EVERY_S = env_float("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", 60.0)
+# Safety nets for lost messages (a killed worker on a broker without acknowledgements; the file-system
+# transport drops a message whose worker was killed), each sending again what is still pending (a duplicate
+# is a no-op): validations of finished sessions, next-round builds of closed rounds, corrective mask updates.
+REQUEUE_VALIDATIONS_EVERY_S = env_float("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", 300.0)
+REQUEUE_BUILDS_EVERY_S = env_float("CLICKLAB_REQUEUE_BUILDS_EVERY_S", 600.0)
+REQUEUE_CORRECTIVE_EVERY_S = env_float("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", 600.0)
+
+# --- Transactional outbox -------------------------------------------------------------------------
+# Tasks are written as rows in the transaction of the change (collector.models.TaskIntent) and published
+# after the commit; what the broker refused is sent by the relay (beat, a thread in each worker and
+# `manage.py outbox_relay`) at least every OUTBOX_RELAY_EVERY_S seconds: a finished session's validation
+# goes out within that interval after the broker is back. The relay leaves intents younger than
+# OUTBOX_RELAY_GRACE_S to the after-commit send.
+OUTBOX_RELAY_EVERY_S = env_float("CLICKLAB_OUTBOX_RELAY_EVERY_S", 60.0)
+OUTBOX_RELAY_GRACE_S = env_float("CLICKLAB_OUTBOX_RELAY_GRACE_S", 5.0)
+OUTBOX_RELAY_IN_WORKER = env_bool("CLICKLAB_OUTBOX_RELAY_IN_WORKER", True)
+OUTBOX_KEEP_SENT_S = env_float("CLICKLAB_OUTBOX_KEEP_SENT_S", 7 * 24 * 3600)
 
 # --- Celery ---------------------------------------------------------------------------------------
 BROKER_DIR = Path(os.environ.get("CLICKLAB_BROKER_DIR", VAR_DIR / "broker"))
@@ -268,7 +377,7 @@ CELERY.update(
                 task_names.SEGMENTATION_BUILD_NEXT_ROUND,
                 task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
                 task_names.BENCHMARK_EVALUATE_INSTANCE,
-                task_names.CORRECTIVE_UPDATE_ITEM,  # corrective campaigns' mask updates (issue 17)
+                task_names.CORRECTIVE_UPDATE_ITEM,  # corrective campaigns' mask updates
                 task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
             )
         },
@@ -281,142 +390,38 @@ CELERY.update(
         "timezone": "UTC",
         "broker_connection_retry_on_startup": True,
         "task_always_eager": False,
-        "beat_schedule": {},
+        # Periodic jobs (run by `celery beat`; `make prod` starts it), every interval a setting above.
+        "beat_schedule": {
+            "platforms-sync": {
+                "task": task_names.PLATFORMS_SYNC_OPEN_CAMPAIGNS,
+                "schedule": PLATFORM_SYNC_INTERVAL_S,
+            },
+            "expire-sessions": {
+                "task": task_names.SESSIONS_EXPIRE_SESSIONS,
+                "schedule": EXPIRE_SESSIONS_EVERY_S,
+            },
+            "requeue-pending-validations": {
+                "task": task_names.VALIDATION_REQUEUE_PENDING_VALIDATIONS,
+                "schedule": REQUEUE_VALIDATIONS_EVERY_S,
+            },
+            "requeue-pending-builds": {
+                "task": task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
+                "schedule": REQUEUE_BUILDS_EVERY_S,
+            },
+            "requeue-pending-corrective-updates": {
+                "task": task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
+                "schedule": REQUEUE_CORRECTIVE_EVERY_S,
+            },
+            "outbox-relay": {
+                "task": task_names.OUTBOX_RELAY_TASK_INTENTS,
+                "schedule": OUTBOX_RELAY_EVERY_S,
+            },
+        },
     }
 )
-
-# --- Clicklab -------------------------------------------------------------------------------------
-# Annotator links are signed with SECRET_KEY (salted); a token is scoped to one session.
-ANNOTATOR_TOKEN_MAX_AGE_S = env_int("ANNOTATOR_TOKEN_MAX_AGE_S", 7 * 24 * 3600)
-# Public base URL used in links handed to crowd platforms (no trailing slash).
-PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
-SEGMENTER_CHECKPOINT_DIR = Path(os.environ.get("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
-
-
-def _segmenter_checkpoints() -> dict:
-    """The checkpoints a study may choose for its next-round builds, by key (``sam:vit_b``, ...).
-
-    ``CLICKLAB_SEGMENTER_CHECKPOINTS``: a JSON object or comma-separated ``predictor:variant[:label]=path``
-    entries, paths absolute or relative to CLICKLAB_CHECKPOINT_DIR (format: segmenters/checkpoints.py).
-    """
-    text = os.environ.get("CLICKLAB_SEGMENTER_CHECKPOINTS", "")
-    if not text.strip():
-        return {}
-    from segmenters.base import SegmenterError
-    from segmenters.checkpoints import parse_checkpoint_table
-
-    try:
-        return parse_checkpoint_table(text, source="CLICKLAB_SEGMENTER_CHECKPOINTS")
-    except SegmenterError as error:
-        raise ImproperlyConfigured(str(error)) from None
-
-
-SEGMENTER_CHECKPOINTS = _segmenter_checkpoints()
-# Segmenters of next-round builds for studies that choose none: "embedded", keys of SEGMENTER_CHECKPOINTS,
-# predictor names or predictor:variant (official file names in the checkpoint directory).
-NEXT_ROUND_SEGMENTERS = env_list("CLICKLAB_NEXT_ROUND_SEGMENTERS", "embedded")
-TOLOKA_TOKEN = os.environ.get("TOLOKA_TOKEN", "")
-TOLOKA_API_URL = os.environ.get("TOLOKA_API_URL", "https://toloka.dev").rstrip("/")
-AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
-AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
-MTURK_SANDBOX = env_bool("MTURK_SANDBOX", True)
-MTURK_ENDPOINT_URL = os.environ.get("MTURK_ENDPOINT_URL", "")
-
-# Logs: JSON lines with LOG_FORMAT=json (production), readable lines otherwise; both carry every extra={...}
-# field (session_id, study_id, ...). The redaction filter on the one handler removes secrets and annotator
-# tokens from messages, arguments, fields, tracebacks and request paths. django, django.request and
-# django.server (runserver's access lines) write through it, as Celery workers (config/celery.py) and gunicorn
-# (`gunicorn -c config/gunicorn.py config.wsgi`: its access and error lines) do.
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").lower()
-if LOG_FORMAT not in {"json", "text"}:
-    raise ImproperlyConfigured(f"environment variable LOG_FORMAT={LOG_FORMAT!r}: use json or text.")
-LOGGING = logging_config(LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
-
-# --- Researcher area and researcher API (DASHBOARD) -------------------------------------------------
-INSTALLED_APPS += ["drf_spectacular"]
-REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSchema"
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Clicklab researcher API",
-    "DESCRIPTION": (
-        "Set up, watch and steer click-collection studies. Authenticate with `Authorization: Token <key>` "
-        "(a researcher's DRF token). Annotator endpoints are not part of this API."
-    ),
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SCHEMA_PATH_PREFIX": "/api/researcher/",
-    "COMPONENT_SPLIT_REQUEST": True,
-}
-# Where the researcher area sends people who are not logged in.
-RESEARCHER_LOGIN_URL = "/researcher/login/"
-
-# --- Crowd platforms (PLATFORMS) -------------------------------------------------------------------
-# Toloka client: retries (5xx, 408/429, timeouts) and timeouts of every API call; the entry page makes
-# one quick call (the worker waits) with its own timeout.
-TOLOKA_RETRIES = env_int("TOLOKA_RETRIES", 3)
-TOLOKA_TIMEOUT_S = env_float("TOLOKA_TIMEOUT_S", 10.0)
-TOLOKA_ENTRY_TIMEOUT_S = env_float("TOLOKA_ENTRY_TIMEOUT_S", 5.0)
-# Hosts allowed to frame the MTurk views (CSP frame-ancestors) and to receive the externalSubmit post.
-MTURK_FRAME_ANCESTORS = env_list(
-    "MTURK_FRAME_ANCESTORS", "https://www.mturk.com,https://workersandbox.mturk.com"
-)
-MTURK_SUBMIT_ORIGINS = env_list(
-    "MTURK_SUBMIT_ORIGINS", "https://www.mturk.com,https://workersandbox.mturk.com"
-)
-MTURK_REGION = os.environ.get("MTURK_REGION", "us-east-1")
-PROLIFIC_COMPLETE_URL = os.environ.get(
-    "PROLIFIC_COMPLETE_URL", "https://app.prolific.com/submissions/complete"
-).rstrip("/")
-PLATFORM_SYNC_INTERVAL_S = env_float("PLATFORM_SYNC_INTERVAL_S", 60.0)
-# Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
-# only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
-MIDDLEWARE += ["collector.platforms.framing.FramedPlatformMiddleware"]
-CELERY["beat_schedule"]["platforms-sync"] = {
-    "task": task_names.PLATFORMS_SYNC_OPEN_CAMPAIGNS,
-    "schedule": PLATFORM_SYNC_INTERVAL_S,
-}
-
-# --- Allocation and validation (ALLOCATION) -------------------------------------------------------
-# Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
-CELERY["beat_schedule"]["expire-sessions"] = {
-    "task": task_names.SESSIONS_EXPIRE_SESSIONS,
-    "schedule": env_float("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", 60.0),
-}
-# Safety net for lost validation messages (a killed worker on a broker without acknowledgements).
-CELERY["beat_schedule"]["requeue-pending-validations"] = {
-    "task": task_names.VALIDATION_REQUEUE_PENDING_VALIDATIONS,
-    "schedule": env_float("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", 300.0),
-}
 # Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
 # exceed the longest task (and any countdown), or a running task is delivered twice.
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY.setdefault("broker_transport_options", {})["visibility_timeout"] = env_int(
         "CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", 3600
     )
-
-# --- Next-round build (SEGMENTERS, A2) --------------------------------------------------------------
-# Safety net for lost build messages (the file-system transport drops a message whose worker was killed):
-# closed rounds whose next round is missing get their build sent again; a duplicate is a no-op.
-CELERY["beat_schedule"]["requeue-pending-builds"] = {
-    "task": task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
-    "schedule": env_float("CLICKLAB_REQUEUE_BUILDS_EVERY_S", 600.0),
-}
-# Corrective campaigns (issue 17): items still waiting for a mask update get it sent again (a duplicate is a no-op).
-CELERY["beat_schedule"]["requeue-pending-corrective-updates"] = {
-    "task": task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
-    "schedule": env_float("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", 600.0),
-}
-
-# --- Transactional outbox (issue 16.3, 20.4) --------------------------------------------------------
-# Tasks are written as rows in the transaction of the change (collector.models.TaskIntent) and published
-# after the commit; what the broker refused is sent by the relay (beat, a thread in each worker and
-# `manage.py outbox_relay`) at least every OUTBOX_RELAY_EVERY_S seconds: a finished session's validation
-# goes out within that interval after the broker is back. The relay leaves intents younger than
-# OUTBOX_RELAY_GRACE_S to the after-commit send.
-OUTBOX_RELAY_EVERY_S = env_float("CLICKLAB_OUTBOX_RELAY_EVERY_S", 60.0)
-OUTBOX_RELAY_GRACE_S = env_float("CLICKLAB_OUTBOX_RELAY_GRACE_S", 5.0)
-OUTBOX_RELAY_IN_WORKER = env_bool("CLICKLAB_OUTBOX_RELAY_IN_WORKER", True)
-OUTBOX_KEEP_SENT_S = env_float("CLICKLAB_OUTBOX_KEEP_SENT_S", 7 * 24 * 3600)
-CELERY["beat_schedule"]["outbox-relay"] = {
-    "task": task_names.OUTBOX_RELAY_TASK_INTENTS,
-    "schedule": OUTBOX_RELAY_EVERY_S,
-}

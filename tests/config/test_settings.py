@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import subprocess
@@ -130,3 +131,41 @@ def test_a_malformed_evaluation_limit_names_the_variable(tmp_path):
     assert (
         _run(["-c", code], {**env, "CLICKLAB_EVAL_MAX_CLICKS": "40"}, drop=drop).stdout.strip().endswith("40")
     )
+
+
+def _changes_after_definition(node) -> list[str]:
+    """`NAME += ...` and `NAME[...] = ...` inside ``node``, for upper-case (setting) names."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id.isupper():
+            found.append(f"line {sub.lineno}: {sub.target.id} extended after its definition")
+        targets = (
+            sub.targets
+            if isinstance(sub, ast.Assign)
+            else [sub.target]
+            if isinstance(sub, ast.AugAssign)
+            else []
+        )
+        for target in targets:
+            base = target
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if base is not target and isinstance(base, ast.Name) and base.id.isupper():
+                found.append(f"line {sub.lineno}: an item of {base.id} set after its definition")
+    return found
+
+
+def test_each_setting_is_written_once_in_reading_order():
+    """config/settings.py reads top to bottom: every setting is assigned once, in full (no `INSTALLED_APPS +=`
+    or `CELERY["beat_schedule"][...] =` added by a later section)."""
+    tree = ast.parse((PROJECT_ROOT / "config" / "settings.py").read_text())
+    assigned: dict[str, int] = {}
+    problems = []
+    for node in tree.body:
+        problems += _changes_after_definition(node)
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name) and t.id.isupper()]
+        for name in names:
+            if name in assigned:
+                problems.append(f"line {node.lineno}: {name} assigned again (first at line {assigned[name]})")
+            assigned[name] = node.lineno
+    assert not problems, "config/settings.py is no longer in reading order:\n" + "\n".join(problems)
