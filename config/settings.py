@@ -346,7 +346,22 @@ OUTBOX_KEEP_SENT_S = env_float("CLICKLAB_OUTBOX_KEEP_SENT_S", 7 * 24 * 3600)
 
 # --- Celery ---------------------------------------------------------------------------------------
 BROKER_DIR = Path(os.environ.get("CLICKLAB_BROKER_DIR", VAR_DIR / "broker"))
-if CELERY_BROKER_URL:
+# Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
+# exceed the longest task (and any countdown), or a running task is delivered twice.
+BROKER_VISIBILITY_TIMEOUT_S = env_int("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", 3600)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY = {
+        "broker_url": CELERY_BROKER_URL,
+        "broker_transport_options": {
+            "visibility_timeout": BROKER_VISIBILITY_TIMEOUT_S,
+            # kombu looks for such messages every interval x throttle seconds, 10 x 10 by default: a validation
+            # whose worker was SIGKILLed came back up to 100 s after its timeout (seen in bench_load_faults).
+            # One cheap sorted-set range read every 10 s (or half the timeout, when shorter) instead.
+            "unacked_restore_interval": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 2)),
+            "unacked_restore_throttle": 1,
+        },
+    }
+elif CELERY_BROKER_URL:
     CELERY = {"broker_url": CELERY_BROKER_URL}
 else:
     # kombu's file-system transport: messages are files under var/broker, so a real worker process runs
@@ -419,9 +434,3 @@ CELERY.update(
         },
     }
 )
-# Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
-# exceed the longest task (and any countdown), or a running task is delivered twice.
-if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    CELERY.setdefault("broker_transport_options", {})["visibility_timeout"] = env_int(
-        "CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", 3600
-    )

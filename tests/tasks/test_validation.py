@@ -113,3 +113,42 @@ def test_worker_killed_mid_validation_leaves_no_half_result_and_the_task_runs_ag
                 expected[target_id] += position in plan
     for target in Target.objects.filter(round=round_1):
         assert (target.valid_pc, target.inflight_pc) == (expected[target.pk], 0), target
+
+
+@pytest.mark.one_backend
+def test_redis_redelivers_a_killed_workers_validation_within_seconds_of_its_visibility_timeout(
+    tmp_path, worker, monkeypatch
+):
+    """No safety net here: the message the SIGKILLed worker held comes back from Redis by itself, a few
+    seconds after its visibility timeout (kombu's default sweep, every 10 x 10 s, took up to 100 s more)."""
+    from django.conf import settings
+
+    if not settings.CELERY["broker_url"].startswith("redis"):
+        pytest.fail(
+            "this test is about Redis's redelivery: run it with CELERY_BROKER_URL=redis://127.0.0.1:6379/<db> "
+            "(make test-services does)"
+        )
+    # Longer than the worker's restart, so the sweep at the restarted worker's start finds nothing yet.
+    monkeypatch.setenv("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", "8")
+    study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True)
+    round_1 = study.rounds.get(number=1)
+    session = make_validated_batch(study, valid_positions=range(8), validate=False)  # its message waits
+    with RowLock(Round, round_1.pk):
+        worker.start()
+        taken = wait_until(
+            lambda: re.search(r"tasks\.validation\.validate_session\[([0-9a-f-]+)\] received", worker.log()),
+            timeout_s=60,
+            what="the worker to take the validation",
+        )
+        wait_until(waiting_on_a_lock, timeout_s=30, what="the validation to wait on the round lock")
+        worker.kill()
+    killed_at = time.monotonic()
+    worker.start()
+    wait_until(
+        lambda: _validated([session.pk]), timeout_s=40, what="Redis to redeliver the killed validation"
+    )
+    waited = time.monotonic() - killed_at
+    assert f"validate_session[{taken.group(1)}] received" in worker.log()  # the same message, not a new one
+    session.refresh_from_db()
+    assert (session.validity, session.valid_clicks) == ("counted", 8)
+    print(f"validated {waited:.1f} s after the kill (visibility timeout 8 s)")
