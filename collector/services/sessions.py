@@ -142,13 +142,8 @@ def session_start(
         open_round = study_open_round(study=study)
         if open_round is None:
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))
-        targets = allocate_targets(round=open_round, worker=worker, device=device, count=study.batch_size)
-        if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
-            raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
-        if not targets:
-            raise SessionStartRefused(
-                _("There are no images left for you in this study. Thank you for your interest!")
-            )
+        # The session row first: allocation takes the round's turn (a row lock held to the commit, which
+        # every start of the round waits for), so the less that runs after it, the more starts per second.
         now = timezone.now()
         session = Session.objects.create(
             study=study,
@@ -163,6 +158,13 @@ def session_start(
             platform_batch_id=platform_batch_id[:200],
             expires_at=now + timedelta(seconds=study.session_timeout_s),
         )
+        targets = allocate_targets(round=open_round, worker=worker, device=device, count=study.batch_size)
+        if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
+            raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
+        if not targets:
+            raise SessionStartRefused(
+                _("There are no images left for you in this study. Thank you for your interest!")
+            )
         Trial.objects.bulk_create(
             [Trial(session=session, target=target, position=index) for index, target in enumerate(targets)]
         )
