@@ -10,6 +10,10 @@ asyncio tasks with httpx, speaking the player's protocol:
     entry (POST /s/<link>/) -> start (POST .../client) -> 10 x click (POST .../click, one idempotency key
     per click, retried with that key until acknowledged) -> finish (POST .../finish, retried until 200)
 
+The annotators arrive evenly over ``--ramp`` seconds (default 60: a popular Toloka pool sends a thousand
+workers in minutes; ``--ramp 0`` starts them all in the same instant, as ``--short`` does) and then click as
+fast as the server answers (no thinking time unless ``--think-ms``), so the clicks are a stress test.
+
 Phases: ``baseline`` (no faults) then ``faults``: the clients drop a share of requests before sending
 (``--drop``; the client waits its timeout and retries) and lose a share of responses after the server
 processed them (``--lose``; the client retries the same key), while the orchestrator SIGKILLs the worker,
@@ -19,7 +23,7 @@ after the other. After each phase it waits for every finished session to be vali
 Printed per phase: clicks sent / acknowledged / stored / lost (acknowledged, not stored) / duplicated
 (stored more than once or a second click on a trial) / given up, sessions finished / validated, responses
 by status (5xx counted, 503 apart), client-observed click latency p50/p95/p99 (successful attempts),
-server-side click latency p50/p95/p99 (gunicorn's request time), throughput (acknowledged clicks per
+server-side click latency p50/p95/p99 (gunicorn's request time), the same for the entry (session start), throughput (acknowledged clicks per
 second of the phase), and the fault phase's figures as ratios of the baseline's.
 
     make bench-faults                                   # short: 100 annotators, all faults (~1-2 min)
@@ -65,6 +69,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
     base, drop, lose = spec["base"], spec["drop"], spec["lose"]
     timeout_s = spec["timeout_s"]
     record: dict = {"token": None, "clicks": [], "finished": False, "code": ""}
+    if spec["ramp_s"]:  # arrivals spread evenly over the ramp, as a pool's workers come in over minutes
+        await asyncio.sleep(spec["ramp_s"] * index / spec["annotators"])
 
     async def call(method: str, url: str, *, kind: str, body=None, ok=(200, 201), **kw):
         """One logical request, retried (same body, same idempotency key) until an accepted status."""
@@ -90,8 +96,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
                 stats["lost_responses"] += 1
                 continue
             if response.status_code in ok:
-                if kind == "click":
-                    stats["click_ms"].append(elapsed_ms)
+                if kind in ("click", "entry"):
+                    stats[f"{kind}_ms"].append(elapsed_ms)
                 return response, attempt
             if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
                 stats["refused"].append(f"{kind} {response.status_code} {response.text[:200]}")
@@ -143,7 +149,7 @@ async def _client_main(spec: dict) -> dict:
     import httpx
 
     stats = {"clicks_sent": 0, "dropped": 0, "lost_responses": 0, "status": {}, "errors": {}, "click_ms": [],
-             "refused": []}  # fmt: skip
+             "entry_ms": [], "refused": []}  # fmt: skip
     limits = httpx.Limits(max_connections=spec["connections"], max_keepalive_connections=spec["connections"])
     started = time.monotonic()
     # No cookies kept: the link entry keeps one worker per browser in a cookie, and every simulated annotator is
@@ -278,16 +284,20 @@ class Proc:
 
 
 ACCESS_CLICK = re.compile(r'"POST /api/annotator/\S+/click HTTP/1\.\d" \d{3} .*?(\d+)ms')
+ACCESS_ENTRY = re.compile(r'"POST /s/\S+ HTTP/1\.\d" \d{3} .*?(\d+)ms')
 
 
-def _server_click_ms(access_log: Path, offset: int) -> tuple[list[float], int]:
-    """Request times (ms) of the click requests in the web process's log (gunicorn's access lines, in
-    ``config/gunicorn.py``'s format, as ``make prod`` writes them) after byte ``offset``; new offset."""
+def _server_ms(access_log: Path, offset: int) -> tuple[dict[str, list[float]], int]:
+    """Request times (ms) of the click and entry requests in the web process's log (gunicorn's access lines,
+    in ``config/gunicorn.py``'s format, as ``make prod`` writes them) after byte ``offset``; new offset."""
     if not access_log.exists():
-        return [], offset
+        return {"click": [], "entry": []}, offset
     data = access_log.read_bytes()
     text = data[offset:].decode("utf-8", "replace")
-    return [float(match.group(1)) for match in ACCESS_CLICK.finditer(text)], len(data)
+    return {
+        kind: [float(match.group(1)) for match in pattern.finditer(text)]
+        for kind, pattern in (("click", ACCESS_CLICK), ("entry", ACCESS_ENTRY))
+    }, len(data)
 
 
 def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[str, ...], tmp: Path) -> dict:
@@ -304,7 +314,8 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
         spec = {"base": base, "link": link, "indices": indices, "seed": c + (1000 if faults else 0),
                 "drop": args.drop if faults else 0.0, "lose": args.lose if faults else 0.0,
                 "timeout_s": args.timeout, "drop_wait_s": min(args.timeout, 0.5), "give_up_s": args.give_up,
-                "think_ms": args.think_ms, "connections": max(1, len(indices))}  # fmt: skip
+                "think_ms": args.think_ms, "connections": max(1, len(indices)),
+                "ramp_s": args.ramp, "annotators": n}  # fmt: skip
         spec_path, out_path = tmp / f"{name}-{c}-spec.json", tmp / f"{name}-{c}-out.json"
         spec_path.write_text(json.dumps(spec))
         procs.append((subprocess.Popen([sys.executable, __file__, "--client", str(spec_path), str(out_path)],
@@ -358,14 +369,15 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
     outbox = {"intents": intents.count(), "retried": intents.filter(attempts__gt=0).count(),
               "pending": intents.filter(sent_at__isnull=True).count()}  # fmt: skip
     time.sleep(0.5)
-    server_ms, stack["access_offset"] = _server_click_ms(stack["access_log"], offset)
+    server_ms, stack["access_offset"] = _server_ms(stack["access_log"], offset)
 
     status, errors = Counter(), Counter()
-    click_ms, dropped, lost_responses, refused = [], 0, 0, []
+    click_ms, entry_ms, dropped, lost_responses, refused = [], [], 0, 0, []
     for result in results:
         status.update(result["stats"]["status"])
         errors.update(result["stats"]["errors"])
         click_ms += result["stats"]["click_ms"]
+        entry_ms += result["stats"]["entry_ms"]
         dropped += result["stats"]["dropped"]
         lost_responses += result["stats"]["lost_responses"]
         refused += result["stats"]["refused"]
@@ -394,7 +406,10 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
         "lost_responses": lost_responses,
         "refused": refused[:5],
         "client_click_ms": percentiles(click_ms),
-        "server_click_ms": percentiles(server_ms),
+        "server_click_ms": percentiles(server_ms["click"]),
+        "client_entry_ms": percentiles(entry_ms),
+        "server_entry_ms": percentiles(server_ms["entry"]),
+        "ramp_s": args.ramp,
         "throughput": len(keys_acked) / wall if wall else 0.0,
     }
 
@@ -440,7 +455,10 @@ def inject_faults(stack: dict, faults: tuple[str, ...], args, clients_done) -> l
 
 def print_phase(result: dict, baseline: dict | None = None) -> None:
     r = result
-    print(f"\n== {r['phase']}: {r['annotators']} annotators, faults: {', '.join(r['faults']) or 'none'}")
+    print(
+        f"\n== {r['phase']}: {r['annotators']} annotators arriving over {r['ramp_s']:g} s, "
+        f"faults: {', '.join(r['faults']) or 'none'}"
+    )
     for line in r["fault_log"]:
         print(f"   {line}")
     print(f"   clicks sent {r['clicks_sent']} / acknowledged {r['acknowledged']} / stored {r['stored']} / "
@@ -453,6 +471,9 @@ def print_phase(result: dict, baseline: dict | None = None) -> None:
     c, s = r["client_click_ms"], r["server_click_ms"]
     print(f"   click latency, client: p50 {c['p50']:.1f} / p95 {c['p95']:.1f} / p99 {c['p99']:.1f} ms; "
           f"server: p50 {s['p50']:.1f} / p95 {s['p95']:.1f} / p99 {s['p99']:.1f} ms")  # fmt: skip
+    c, e = r["client_entry_ms"], r["server_entry_ms"]
+    print(f"   entry latency, client: p50 {c['p50']:.1f} / p99 {c['p99']:.1f} ms; "
+          f"server: p50 {e['p50']:.1f} / p99 {e['p99']:.1f} ms")  # fmt: skip
     line = f"   throughput {r['throughput']:.1f} acknowledged clicks/s over {r['wall_s']:.1f} s"
     if baseline:
         ratio = r["throughput"] / baseline["throughput"] if baseline["throughput"] else math.nan
@@ -479,6 +500,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--think-ms", type=float, default=0.0, help="mean pause between an annotator's clicks"
     )
+    parser.add_argument(
+        "--ramp", type=float, default=60.0,
+        help="seconds over which the annotators arrive, evenly (0: all at once); a popular pool sends a "
+        "thousand workers in minutes",
+    )  # fmt: skip
     parser.add_argument("--fault-every", type=float, default=2.0, help="seconds between server faults")
     parser.add_argument("--outage", type=float, default=2.0, help="seconds Redis stays down")
     parser.add_argument("--validate-within", type=float, default=60.0)
@@ -487,7 +513,7 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     args = parser.parse_args(argv)
     if args.short:
-        args.annotators, args.clients, args.faults = 100, 1, ",".join(ALL_FAULTS)
+        args.annotators, args.clients, args.faults, args.ramp = 100, 1, ",".join(ALL_FAULTS), 0.0
         args.fault_every, args.validate_within = 1.5, 45.0
     faults = () if args.faults == "none" else tuple(f.strip() for f in args.faults.split(",") if f.strip())
     unknown = set(faults) - set(ALL_FAULTS)
