@@ -206,7 +206,8 @@ def stimulus_path(name: str) -> str:
 
 
 def stimuli_current(*, target: Target) -> bool:
-    """True when ``target.stimuli`` was rendered by this version for the study's mode and size."""
+    """True when ``target.stimuli`` was rendered by this version for the study's mode and size and its files
+    are in storage (a cleaned-up stimuli folder makes them render again instead of a server error)."""
     study = target.round.study
     record = target.stimuli or {}
     return (
@@ -214,6 +215,11 @@ def stimuli_current(*, target: Target) -> bool:
         and record.get("requested_mode") == study.display_mode
         and record.get("long_side") == study.display_long_side
         and bool(record.get("display"))
+        and all(
+            default_storage.exists(stimulus_path(record[kind]["name"]))
+            for kind in ("display", "target")
+            if record.get(kind)
+        )
     )
 
 

@@ -157,6 +157,31 @@ def test_stimuli_are_served_only_to_the_session_holding_the_trial(client, study)
 
 
 @pytest.mark.django_db
+def test_stimulus_files_removed_from_storage_are_rendered_again_not_a_server_error(client, study):
+    from django.core.files.storage import default_storage
+
+    from collector.services.stimuli import stimulus_path
+
+    session, token = _session(study)
+    payload = _payload(client.get(reverse("annotation_ui:player", kwargs={"token": token})))
+    trial = payload["trials"][0]
+    first = b"".join(client.get(trial["display_url"]).streaming_content)
+    for name in {
+        url.rsplit("/", 1)[-1] for t in payload["trials"] for url in (t["display_url"], t["target_url"])
+    }:
+        default_storage.delete(stimulus_path(name))  # e.g. an operator cleaned the media folder
+
+    again = client.get(trial["display_url"])
+    assert again.status_code == 200 and b"".join(again.streaming_content) == first
+    bundle = client.get(payload["bundle_url"])
+    assert bundle.status_code == 200 and int(bundle["Content-Length"]) == len(
+        b"".join(bundle.streaming_content)
+    )
+    page = _payload(client.get(reverse("annotation_ui:player", kwargs={"token": token})))
+    assert page["trials"][0]["display_url"] == trial["display_url"]  # same bytes, same name
+
+
+@pytest.mark.django_db
 def test_the_batch_bundle_holds_exactly_the_per_file_stimuli_and_only_for_its_session(client, study):
     session, token = _session(study)
     other, other_token = _session(study)
