@@ -433,8 +433,8 @@
     show("screen-qualification");
     $("qualification-text").textContent = action.message || "";
     var button = $("continue-button");
-    button.hidden = !action.passed || !action.continue_url;
-    if (button.hidden) { return; }
+    $("continue-row").hidden = !action.passed || !action.continue_url;
+    if ($("continue-row").hidden) { return; }
     button.onclick = function () {
       button.disabled = true;
       $("qualification-detail").textContent = gettext("Preparing your task…");
