@@ -205,12 +205,16 @@ def test_tests_stay_out_of_progress_and_campaign_figures_and_are_listed_per_work
 
 
 def test_an_expired_test_releases_no_slot_and_the_worker_may_take_it_again(dataset):
-    study = _campaign(dataset)
-    worker = make_worker()
-    other = _work(session_start(study=study, worker=make_worker(), device="pc"), careful)
-    real = qualification_continue(session=other)  # holds two in-flight slots
+    # A batch on every image, started before the test was switched on, holds slots on the test's targets too.
+    study = _campaign(dataset, qualification_enabled=False, batch_size=5)
+    real = session_start(study=study, worker=make_worker(), device="pc")
+    study.qualification_enabled = True
+    study.save(update_fields=["qualification_enabled"])
     before = _inflight(study)
+    assert before == [1] * 5
+    worker = make_worker()
     test = session_start(study=study, worker=worker, device="pc")
+    assert test.is_qualification and _inflight(study) == before
     Session.objects.filter(pk=test.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert sessions_expire() == 1
     assert _inflight(study) == before, "expiring a test released slots it never took"
