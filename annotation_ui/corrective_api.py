@@ -17,6 +17,7 @@ from __future__ import annotations
 from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -34,6 +35,13 @@ from collector.services.corrective import (
     corrective_session_finish,
     round_budget,
 )
+from collector.services.qualification import (
+    not_qualified_message,
+    qualification_continue,
+    qualification_result,
+)
+from collector.services.sessions import SessionStartRefused
+from collector.services.tokens import session_token_make
 
 from . import serializers as contract
 from .api import ERRORS, REFUSED, TOKEN_PARAMETER, AnnotatorView
@@ -86,6 +94,31 @@ def item_payload(item: CorrectiveItem, *, token: str) -> dict:
     }
 
 
+def corrective_finish_payload(session: Session, *, token: str) -> dict | None:
+    """The finish step: the platform's (code, redirect, auto-post) for a campaign session; for a finished
+    qualification test ``{"kind": "qualification", "passed", "message", "continue_url"}`` (a passed worker
+    continues to the real tasks, a failed one is told so; neither gets a code for the test itself)."""
+    if not session.is_qualification:
+        return finish_payload(session)
+    if session.status != Session.Status.FINISHED:
+        return None
+    result = qualification_result(study=session.study, worker=session.worker)
+    passed = bool(result and result.passed)
+    return {
+        "kind": "qualification",
+        "passed": passed,
+        "message": _("You passed the qualification test. Continue to the task.")
+        if passed
+        else not_qualified_message(),
+        "continue_url": reverse("annotation_ui:corrective_continue", kwargs={"token": token})
+        if passed
+        else "",
+        "code": "",
+        "url": "",
+        "fields": {},
+    }
+
+
 def corrective_payload(*, session: Session, token: str) -> dict:
     items = corrective_items_ensure(session=session)
     items = list(
@@ -115,7 +148,8 @@ def corrective_payload(*, session: Session, token: str) -> dict:
             # refusals the player showed (and stopped retrying) are reported as the timed player's are
             "problem": reverse("annotation_ui:api_problem", kwargs={"token": token}),
         },
-        "finish": finish_payload(session),
+        "qualification": session.is_qualification,
+        "finish": corrective_finish_payload(session, token=token),
     }
 
 
@@ -278,7 +312,28 @@ class Finish(CorrectiveView):
             finished = corrective_session_finish(session_id=session.pk)
         except CorrectiveRefused as exc:
             return self.refused(exc)
-        return Response({"ok": True, "finish": finish_payload(finished)})
+        return Response({"ok": True, "finish": corrective_finish_payload(finished, token=token)})
+
+
+class Continue(CorrectiveView):
+    """After a passed qualification test: start (or resume) the worker's real batch; answers its player
+    address. 409 with the message for the worker when there is none (test failed, study closed, nothing
+    left)."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.FinishIn,
+        responses={200: OpenApiTypes.OBJECT, **ERRORS, **REFUSED},
+    )
+    def post(self, request, token: str):
+        session = _corrective_session(token)
+        self.input(contract.FinishIn)
+        try:
+            real = qualification_continue(session=session)
+        except SessionStartRefused as exc:
+            return Response({"error": str(exc), "field": None, "reason": "not_admitted"}, status=409)
+        url = reverse("annotation_ui:player", kwargs={"token": session_token_make(session_id=real.pk)})
+        return Response({"ok": True, "player_url": url})
 
 
 state = State.as_view()
@@ -288,6 +343,7 @@ submit = Submit.as_view()
 skip = Skip.as_view()
 done = Done.as_view()
 finish = Finish.as_view()
+continue_ = Continue.as_view()
 
 
 @require_GET

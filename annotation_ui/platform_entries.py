@@ -109,6 +109,7 @@ def _entry(request, *, platform: str, study_id: int, device: str | None):
         worker=worker,
         platform_assignment_id=entry.external_assignment_id,
         status=Session.Status.FINISHED,
+        is_qualification=False,  # after a test, session_start decides: the real batch, or the refusal
     ).first()
     if finished is not None:  # a reload after the end shows the end again, never a second batch
         return _player_redirect(finished, frameable=frameable)

@@ -76,6 +76,7 @@ urlpatterns += [
     path(_CORRECTIVE + "skip", corrective_api.skip, name="corrective_skip"),
     path(_CORRECTIVE + "done", corrective_api.done, name="corrective_done"),
     path(_CORRECTIVE + "finish", corrective_api.finish, name="corrective_finish"),
+    path(_CORRECTIVE + "continue", corrective_api.continue_, name="corrective_continue"),
     path(_CORRECTIVE + "image/<int:item_id>", corrective_api.image, name="corrective_image"),
     path(_CORRECTIVE + "mask/<int:mask_id>.png", corrective_api.mask, name="corrective_mask"),
 ]

@@ -97,7 +97,9 @@ def quality_ranking(*, study_id: int, holdout: float = 0.3, seed: int = 0) -> Qu
 
     items = list(
         CorrectiveItem.objects.filter(
-            session__study_id=study_id, state__in=[CorrectiveItem.State.DONE, CorrectiveItem.State.SKIPPED]
+            session__study_id=study_id,
+            session__is_qualification=False,
+            state__in=[CorrectiveItem.State.DONE, CorrectiveItem.State.SKIPPED],
         )
         .exclude(current_mask=None)
         .select_related("trial__target__instance__image", "current_mask")

@@ -16,6 +16,8 @@ CORRECTIVE_REQUEUE_PENDING_UPDATES = "tasks.corrective.requeue_pending_updates"
 EVALUATION_PROCESS_RUN = "tasks.evaluation.process_run"
 #: Beat: send the task intents the broker has not taken yet (the transactional outbox).
 OUTBOX_RELAY_TASK_INTENTS = "tasks.outbox.relay_task_intents"
+#: Put a worker's corrective qualification result on the platform (Toloka skill, issue 17).
+PLATFORMS_QUALIFICATION_SEND = "tasks.platforms.qualification_send"
 #: Beat: send one ``PLATFORMS_SYNC_STUDY`` per campaign that may have work to review.
 PLATFORMS_SYNC_OPEN_CAMPAIGNS = "tasks.platforms.sync_open_campaigns"
 #: Sync one study with its crowd platform (review submissions, apply decisions).

@@ -15,6 +15,7 @@ from django.db.models import Q
 from collector.models import PlatformCampaign, PlatformSubmission
 from collector.platforms import PlatformCredentialsError, PlatformUnavailable
 from collector.services.launch import study_sync
+from collector.services.qualification import qualification_platform_send
 from tasks import names
 from tasks.base import clicklab_task
 
@@ -50,3 +51,20 @@ def sync_study(self, study_id: int) -> None:
     if report["failed"]:
         logger.warning("platform sync left %s submission(s) for the next run", report["failed"],
                        extra={"study_id": study_id})  # fmt: skip
+
+
+@clicklab_task(names.PLATFORMS_QUALIFICATION_SEND, bind=True, max_retries=5, default_retry_delay=60)
+def qualification_send(self, qualification_id: int) -> bool:
+    """Set the worker's qualification skill on the platform (corrective campaigns, issue 17); retried while
+    the platform is unavailable, given up (logged, the reason kept on the row) on credentials or a refusal."""
+    from collector.models import CorrectiveQualification
+    from collector.platforms import PlatformError
+
+    try:
+        return qualification_platform_send(qualification_id=qualification_id)
+    except PlatformUnavailable as exc:
+        raise self.retry(exc=exc) from None
+    except PlatformError as exc:
+        logger.error("qualification skill not set: %s", exc, extra={"qualification_id": qualification_id})
+        CorrectiveQualification.objects.filter(pk=qualification_id).update(platform_error=str(exc)[:2000])
+        return False

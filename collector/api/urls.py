@@ -27,4 +27,9 @@ urlpatterns = [
     ),
     path("studies/<int:study_id>/charts/<str:kind>.png", views.StudyChart.as_view(), name="study-chart"),
     path("studies/<int:study_id>/workers/", views.StudyWorkers.as_view(), name="study-workers"),
+    path(
+        "studies/<int:study_id>/qualifications/",
+        views.StudyQualifications.as_view(),
+        name="study-qualifications",
+    ),
 ]

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from collector.models import Dataset, Study, Target
 from collector.platforms import PlatformError
 from collector.selectors import budget as budget_selectors
+from collector.selectors import corrective as corrective_selectors
 from collector.selectors import pictures, progress
 from collector.selectors import targets as target_selectors
 from collector.selectors.permissions import studies_visible_to, study_visible_or_404, user_can_change_study
@@ -229,3 +230,19 @@ class StudyWorkers(ResearcherView):
         """Pseudonymous worker table with quality signals."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
         return Response(serializers.WorkerRowSerializer(study_worker_table(study=study), many=True).data)
+
+
+class StudyQualifications(ResearcherView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND})
+    def get(self, request, study_id: int):
+        """A corrective campaign's qualification test: its settings and one row per tested worker (pseudonym,
+        passed, placement, IoU gain per click, clicks, why not, when sent to the platform); 404 when the study
+        has no test."""
+        study = study_visible_or_404(user=request.user, study_id=study_id)
+        results = corrective_selectors.study_qualification_results(study=study)
+        if results is None:
+            raise Http404(
+                f"study {study.pk} has no qualification test: it is not a corrective campaign with "
+                "qualification_enabled."
+            )
+        return Response(results)

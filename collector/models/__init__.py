@@ -17,7 +17,7 @@ __all__ = [
     "Trial",
     "Worker",
 ]
-from .corrective import CorrectiveClick, CorrectiveItem, CorrectiveMask  # noqa: E402,F401  (corrective campaigns)
+from .corrective import CorrectiveClick, CorrectiveItem, CorrectiveMask, CorrectiveQualification  # noqa: E402,F401  (corrective campaigns)
 from .outbox import TaskIntent  # noqa: E402,F401  (transactional outbox of Celery tasks)
 from .platforms import PlatformCampaign, PlatformPool, PlatformSubmission, PlatformTaskBatch  # noqa: E402,F401  (PLATFORMS)
 from .reviews import SessionReview  # noqa: E402,F401  (researcher area: manual approve/reject)

@@ -115,3 +115,36 @@ class CorrectiveClick(models.Model):
 
     def __str__(self) -> str:
         return f"{'+' if self.is_positive else '-'}click ({self.x:.1f}, {self.y:.1f}) r{self.round} of {self.item}"
+
+
+class CorrectiveQualification(models.Model):
+    """The result of a worker's qualification test on a corrective campaign (seed 001 §4): one per study and
+    worker; a failed worker cannot take the test again.
+
+    ``placement``: share of the test clicks obeying the placement rules (0..1); ``gain_per_click``: IoU
+    gained over the test (last mask minus initial mask, summed over the instances) per click (None without
+    clicks); ``details``: per item {position, instance, clicks, placed_ok, iou_start, iou_end} and the
+    thresholds used. ``platform_sent_at``: when the result reached the platform (Toloka skill)."""
+
+    study = models.ForeignKey("collector.Study", on_delete=models.CASCADE, related_name="qualifications")
+    worker = models.ForeignKey("collector.Worker", on_delete=models.PROTECT, related_name="qualifications")
+    session = models.OneToOneField(
+        Session, on_delete=models.SET_NULL, null=True, blank=True, related_name="qualification"
+    )
+    passed = models.BooleanField()
+    placement = models.FloatField(null=True, blank=True)
+    gain_per_click = models.FloatField(null=True, blank=True)
+    clicks = models.PositiveIntegerField(default=0)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    platform_sent_at = models.DateTimeField(null=True, blank=True)
+    platform_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["study_id", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["study", "worker"], name="corrective_qualification_unique_worker")
+        ]
+
+    def __str__(self) -> str:
+        return f"qualification of {self.worker} on study {self.study_id}: {'passed' if self.passed else 'failed'}"

@@ -35,6 +35,12 @@ class PlatformCampaign(models.Model):
         default="",
         help_text="Toloka skill / MTurk qualification: 'did this study'.",
     )
+    external_qualification_skill_id = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Toloka skill of the corrective qualification test (100 passed, 0 failed).",
+    )
     budget_estimate = models.JSONField(default=dict, blank=True, help_text="study_budget_estimate at launch.")
     launched_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)

@@ -73,6 +73,13 @@ class Session(models.Model):
     platform_assignment_id = models.CharField(max_length=200, blank=True, default="", db_index=True)
     platform_batch_id = models.CharField(max_length=200, blank=True, default="")
     platform_state = models.JSONField(default=dict, blank=True)
+    is_qualification = models.BooleanField(
+        default=False,
+        help_text=(
+            "A corrective campaign's qualification test (issue 17): ground-truth instances, scored, takes no "
+            "quota and is left out of the study's progress."
+        ),
+    )
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField()

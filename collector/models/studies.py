@@ -150,6 +150,36 @@ class Study(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(50)],
         help_text="Corrective studies: most clicks a worker may place in one round.",
     )
+    # --- qualification test of corrective campaigns (issue 17 item 4, seed 001 §4) ---
+    qualification_enabled = models.BooleanField(
+        default=False,
+        help_text=(
+            "Corrective studies: a worker's first session is a scored test on ground-truth instances; only "
+            "workers who pass get real tasks."
+        ),
+    )
+    qualification_instances = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(20)],
+        help_text="Corrective studies: instances (with ground truth) in the qualification test.",
+    )
+    qualification_min_placement = models.FloatField(
+        default=0.75,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text=(
+            "Corrective studies: least share of test clicks that obey the placement rules (positive on a missed "
+            "part of the object, negative on a wrongly covered part, within the click radius)."
+        ),
+    )
+    qualification_min_gain = models.FloatField(
+        default=-0.05,
+        validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
+        help_text=(
+            "Corrective studies: least mean IoU gain per test click (IoU after the test minus IoU of the "
+            "initial masks, over the clicks). Below 0 on purpose: the embedded segmenter may lose a little IoU "
+            "on a good click (docs/corrective.md)."
+        ),
+    )
     platform = models.CharField(max_length=20, choices=Platform.choices, default=Platform.LINK)
     platform_config = models.JSONField(default=dict, blank=True)
     reward_per_batch = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal("0.02"))

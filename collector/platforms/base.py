@@ -156,6 +156,11 @@ class PlatformAdapter:
     def mark_worker(self, *, campaign, worker_id: str) -> None:
         """Record on the platform that the worker did this study (so pools can keep them out)."""
 
+    def qualification_set(self, *, campaign, worker_id: str, value: int) -> bool:
+        """Record a corrective qualification result on the platform (a skill); False when this platform
+        has no such mechanism through our integration (our table is then the allow-list the entry respects)."""
+        return False
+
     def exclude_worker(self, *, campaign, worker_id: str, reason: str) -> None:
         raise PlatformNotSupported(f"{self.name}: block worker {worker_id} on the platform.")
 

@@ -212,7 +212,16 @@ def project_build(*, study):
     )
 
 
-def pool_build(*, study, project_id: str, skill_id: str, device: str, overlap: int, reward: Decimal):
+def pool_build(
+    *,
+    study,
+    project_id: str,
+    skill_id: str,
+    device: str,
+    overlap: int,
+    reward: Decimal,
+    qualification_skill_id: str = "",
+):
     """One pool per device class: device filter, skill filter (no repeats), fast-submit rule."""
     import toloka.client as toloka
     from toloka.client import actions, collectors, conditions
@@ -221,6 +230,12 @@ def pool_build(*, study, project_id: str, skill_id: str, device: str, overlap: i
     config = study.platform_config or {}
     device_filter = tfilter.DeviceCategory == DEVICE_CATEGORIES[device]
     pool_filter = device_filter & (tfilter.Skill(skill_id) == None)  # noqa: E711  (SDK operator)
+    if qualification_skill_id:
+        # Untested workers take the test; failed ones (skill 0) no longer see the pools.
+        passed_or_new = (tfilter.Skill(qualification_skill_id) == None) | (  # noqa: E711  (SDK operator)
+            tfilter.Skill(qualification_skill_id) >= 100
+        )
+        pool_filter = pool_filter & passed_or_new
     if config.get("languages"):
         pool_filter = pool_filter & tfilter.Languages.in_(list(config["languages"]))
     if config.get("browser_only"):
@@ -350,6 +365,26 @@ class TolokaAdapter(PlatformAdapter):
             )
             campaign.external_skill_id = skill.id
             campaign.save(update_fields=["external_skill_id"])
+        if (
+            study.is_corrective
+            and study.qualification_enabled
+            and not campaign.external_qualification_skill_id
+        ):
+            import toloka.client as toloka
+
+            skill = _call(
+                "creating the qualification skill",
+                self.client.create_skill,
+                toloka.Skill(
+                    name=f"clicklab-study-{study.pk}-qualification",
+                    private_comment=(
+                        f"Qualification test of Clicklab corrective study {study.pk}: 100 passed, 0 failed"
+                    ),
+                    hidden=True,
+                ),
+            )
+            campaign.external_qualification_skill_id = skill.id
+            campaign.save(update_fields=["external_qualification_skill_id"])
         batches_per_pool = int((study.platform_config or {}).get("task_suites_per_pool", 1))
         for pool in campaign.pools.all():
             if not pool.external_id:
@@ -357,6 +392,7 @@ class TolokaAdapter(PlatformAdapter):
                     study=study,
                     project_id=campaign.external_project_id,
                     skill_id=campaign.external_skill_id,
+                    qualification_skill_id=campaign.external_qualification_skill_id,
                     device=pool.device,
                     overlap=max(1, pool.assignments_planned),
                     reward=pool.reward_per_assignment,
@@ -476,6 +512,20 @@ class TolokaAdapter(PlatformAdapter):
             user_id=worker_id,
             value=Decimal(1),
         )
+
+    def qualification_set(self, *, campaign, worker_id: str, value: int) -> bool:
+        """Set the campaign's qualification skill of ``worker_id`` to ``value`` (100 passed, 0 failed); False
+        when the campaign has no qualification skill yet (published before qualification was enabled)."""
+        if not campaign.external_qualification_skill_id or not worker_id:
+            return False
+        _call(
+            f"setting the qualification skill of worker {worker_id}",
+            self.client.set_user_skill,
+            skill_id=campaign.external_qualification_skill_id,
+            user_id=worker_id,
+            value=Decimal(value),
+        )
+        return True
 
     def exclude_worker(self, *, campaign, worker_id: str, reason: str) -> None:
         import toloka.client as toloka

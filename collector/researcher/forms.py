@@ -31,8 +31,21 @@ STUDY_FORM_FIELDS = (
     "corrective_init",
     "corrective_rounds",
     "corrective_clicks_per_round",
+    "qualification_enabled",
+    "qualification_instances",
+    "qualification_min_placement",
+    "qualification_min_gain",
 )
-CORRECTIVE_FORM_FIELDS = ("kind", "corrective_init", "corrective_rounds", "corrective_clicks_per_round")
+CORRECTIVE_FORM_FIELDS = (
+    "kind",
+    "corrective_init",
+    "corrective_rounds",
+    "corrective_clicks_per_round",
+    "qualification_enabled",
+    "qualification_instances",
+    "qualification_min_placement",
+    "qualification_min_gain",
+)
 
 
 class StudyForm(forms.ModelForm):
@@ -59,6 +72,10 @@ class StudyForm(forms.ModelForm):
             "corrective_init": "Initial mask",
             "corrective_rounds": "Rounds per instance",
             "corrective_clicks_per_round": "Clicks per round",
+            "qualification_enabled": "Qualification test before the campaign",
+            "qualification_instances": "Qualification: instances in the test",
+            "qualification_min_placement": "Qualification: least share of well-placed clicks (0-1)",
+            "qualification_min_gain": "Qualification: least IoU gain per click",
         }
 
     def __init__(self, *args, **kwargs):
@@ -87,13 +104,24 @@ class StudyForm(forms.ModelForm):
             self.cleaned_data.get("corrective_init") or Study._meta.get_field("corrective_init").get_default()
         )
 
+    def _defaulted(self, name: str):
+        value = self.cleaned_data.get(name)
+        return Study._meta.get_field(name).get_default() if value is None else value
+
     def clean_corrective_rounds(self):
-        value = self.cleaned_data.get("corrective_rounds")
-        return Study._meta.get_field("corrective_rounds").get_default() if value is None else value
+        return self._defaulted("corrective_rounds")
 
     def clean_corrective_clicks_per_round(self):
-        value = self.cleaned_data.get("corrective_clicks_per_round")
-        return Study._meta.get_field("corrective_clicks_per_round").get_default() if value is None else value
+        return self._defaulted("corrective_clicks_per_round")
+
+    def clean_qualification_instances(self):
+        return self._defaulted("qualification_instances")
+
+    def clean_qualification_min_placement(self):
+        return self._defaulted("qualification_min_placement")
+
+    def clean_qualification_min_gain(self):
+        return self._defaulted("qualification_min_gain")
 
     def clean(self):
         """Each rule of ``collector.services.study_rules.STUDY_RULES`` (one function per rule, checked

@@ -214,6 +214,7 @@ def _live_context(study: Study, *, can_change: bool) -> dict:
         "payment_rule": progress.session_payment_state.__doc__,
         "mask_provenance": segmenter_selectors.study_mask_provenance(study=study),
         "corrective": corrective_selectors.study_corrective_summary(study=study),
+        "qualification": corrective_selectors.study_qualification_results(study=study),
         "can_change": can_change,
         "updated_at": timezone.now(),
     }

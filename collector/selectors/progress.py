@@ -84,7 +84,8 @@ def study_session_summary(*, study: Study) -> dict:
     """Sessions started / finished / expired / counted / rejected / pending, overall and per device,
     and the rejection reasons (rejection_reason texts and quality-flag codes) with their counts."""
     counts = {}
-    base = Session.objects.filter(study=study)
+    # A corrective campaign's qualification tests take no quota and are not batches: counted apart.
+    base = Session.objects.filter(study=study, is_qualification=False)
     for scope, queryset in [("all", base)] + [(device, base.filter(device=device)) for device in DEVICES]:
         counts[scope] = queryset.aggregate(
             started=Count("id"),
@@ -104,8 +105,15 @@ def study_session_summary(*, study: Study) -> dict:
         for flag in quality_flags or []:
             code = flag.get("code") if isinstance(flag, dict) else str(flag)
             flags[str(code or "unknown")] += 1
+    tests = Session.objects.filter(study=study, is_qualification=True).aggregate(
+        running=Count("id", filter=Q(status=Session.Status.STARTED)),
+        expired=Count("id", filter=Q(status=Session.Status.EXPIRED)),
+        passed=Count("id", filter=Q(status=Session.Status.FINISHED, validity=Session.Validity.COUNTED)),
+        failed=Count("id", filter=Q(status=Session.Status.FINISHED, validity=Session.Validity.REJECTED)),
+    )
     return {
         "counts": counts,
+        "qualification": tests,
         "rejection_reasons": [{"reason": r, "sessions": n} for r, n in reasons.most_common()],
         "rejected_flags": [{"code": c, "sessions": n} for c, n in flags.most_common()],
     }
@@ -127,7 +135,7 @@ def _duration_stats(seconds: list[float]) -> dict:
 def study_batch_durations_s(*, study: Study) -> dict[str, list[float]]:
     """Seconds from session start to finish of every finished batch, by device."""
     durations: dict[str, list[float]] = {device: [] for device in DEVICES}
-    rows = Session.objects.filter(study=study, finished_at__isnull=False).values_list(
+    rows = Session.objects.filter(study=study, finished_at__isnull=False, is_qualification=False).values_list(
         "device", "started_at", "finished_at"
     )
     for device, started_at, finished_at in rows:
@@ -212,7 +220,7 @@ def study_money_spent(*, study: Study) -> dict:
         reviews.setdefault(session_id, decision)
     paid_counted = paid_rejected = paid_pending = owed = 0
     spent = bonuses = Decimal(0)
-    rows = Session.objects.filter(study=study).exclude(status=Session.Status.STARTED)
+    rows = Session.objects.filter(study=study, is_qualification=False).exclude(status=Session.Status.STARTED)
     for session_id, validity, platform_state in rows.values_list("pk", "validity", "platform_state"):
         row = submissions.get(session_id)
         submission = (

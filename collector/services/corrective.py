@@ -658,6 +658,8 @@ def corrective_session_finish(*, session_id: int) -> Session:
                 f"{', '.join(map(str, open_items)) or 'all'}; finish or skip each one first.",
                 reason="items_unfinished",
             )
+        if session.is_qualification:
+            return _qualification_finish(session)
         from collector.services.allocation import inflight_release
 
         # Validations and starts of the round take turns on the round row (docs/architecture.md).
@@ -691,4 +693,37 @@ def corrective_session_finish(*, session_id: int) -> Session:
             ]
         )
     logger.info("corrective session finished", extra={"session_id": session.pk, "study_id": session.study_id})
+    return session
+
+
+def _qualification_finish(session: Session) -> Session:
+    """Close a qualification test (session row locked, every item finished): no quota was taken, so none is
+    released or counted; the result is scored and stored (``collector.services.qualification``). No
+    completion code: a passed worker goes on to a real session, which ends with one."""
+    from collector.services.qualification import qualification_record
+
+    result = qualification_record(session=session)
+    now = timezone.now()
+    session.status = Session.Status.FINISHED
+    session.finished_at = now
+    session.validated_at = now
+    session.validity = Session.Validity.COUNTED if result.passed else Session.Validity.REJECTED
+    session.rejection_reason = (
+        "" if result.passed else f"qualification test failed: {result.details.get('reason', '')}"
+    )
+    session.valid_clicks = 0
+    session.save(
+        update_fields=[
+            "status",
+            "finished_at",
+            "validated_at",
+            "validity",
+            "rejection_reason",
+            "valid_clicks",
+        ]
+    )
+    logger.info(
+        "qualification session finished",
+        extra={"session_id": session.pk, "study_id": session.study_id, "passed": result.passed},
+    )
     return session

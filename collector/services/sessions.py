@@ -25,6 +25,12 @@ from collector.models import Click, Round, Session, Study, Trial, Worker
 from collector.services.codes import completion_code_make
 from collector.services.outbox import task_intent_add
 from collector.services.presentations import trial_server_flags
+from collector.services.qualification import (
+    not_qualified_message,
+    qualification_required,
+    qualification_result,
+    qualification_session_create,
+)
 from collector.services.studies import study_open_round
 from tasks import names as task_names
 
@@ -142,6 +148,28 @@ def session_start(
         open_round = study_open_round(study=study)
         if open_round is None:
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))
+        if qualification_required(study):
+            # Corrective campaigns with a qualification test (issue 17): the test first, real tasks only after
+            # a pass; a failed worker is refused for good.
+            result = qualification_result(study=study, worker=worker)
+            if result is None:
+                test = qualification_session_create(
+                    study=study,
+                    round=open_round,
+                    worker=worker,
+                    device=device,
+                    platform_device=platform_device[:20],
+                    detected_device=detected_device[:20],
+                    user_agent=user_agent[:2000],
+                    client_info=_bounded_client_info(client_info or {}),
+                    platform_assignment_id=platform_assignment_id[:200],
+                    platform_batch_id=platform_batch_id[:200],
+                )
+                if test is None:
+                    raise SessionStartRefused(str(NO_ROUND_MESSAGE))
+                return test
+            if not result.passed:
+                raise SessionStartRefused(not_qualified_message())
         # The session row first: allocation takes the round's turn (a row lock held to the commit, which
         # every start of the round waits for), so the less that runs after it, the more starts per second.
         now = timezone.now()

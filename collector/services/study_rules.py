@@ -14,7 +14,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from collector.models import Dataset, DisplayMode, Image, Instance
-from collector.models.studies import Platform
+from collector.models.studies import Platform, StudyKind
 
 Problem = tuple[str, str]
 Rule = Callable[[dict, Dataset | None], list[Problem]]
@@ -190,6 +190,35 @@ def rule_currency_code(values: dict, dataset: Dataset | None) -> list[Problem]:
     ]
 
 
+def rule_qualification_fits(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """The qualification test belongs to corrective campaigns and needs as many images with objects as it
+    has instances (one instance per image, issue 17)."""
+    if not values.get("qualification_enabled"):
+        return []
+    kind = values.get("kind")
+    if kind not in (None, "") and kind != StudyKind.CORRECTIVE:
+        return [
+            (
+                "qualification_enabled",
+                f"Qualification test: only corrective-click campaigns have one, and this study's kind is {kind!r}; "
+                "set the kind to corrective or turn the test off.",
+            )
+        ]
+    wanted = _number(values, "qualification_instances")
+    if dataset is None or wanted is None:
+        return []
+    images = Image.objects.filter(dataset=dataset, instances__isnull=False).distinct().count()
+    if wanted > images:
+        return [
+            (
+                "qualification_instances",
+                f"Qualification: instances in the test: {wanted} is more than the {images} image(s) with objects in "
+                f"dataset “{dataset.name}” (the test takes one instance per image); use {max(images, 1)} or fewer.",
+            )
+        ]
+    return []
+
+
 STUDY_RULES: tuple[Rule, ...] = (
     rule_batch_fits_the_images,
     rule_phases_in_range,
@@ -199,6 +228,7 @@ STUDY_RULES: tuple[Rule, ...] = (
     rule_timeout_fits_a_batch,
     rule_reward_payable,
     rule_currency_code,
+    rule_qualification_fits,
 )
 
 

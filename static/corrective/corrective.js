@@ -420,6 +420,7 @@
     },
     get index() { return index; },
     get finished() { return finishing && $("screen-done").hidden === false; },
+    get qualification() { return $("screen-qualification").hidden ? null : $("qualification-text").textContent; },
     get pending() { return outbox.items.length; },
   };
   window.addEventListener("online", function () { outboxPump(); });
@@ -427,7 +428,29 @@
   // ------------------------------------------------------------------------------------------------
   // Finish: every write stored, every update applied, then the completion step.
 
+  // A qualification test (issue 17): a passed worker continues to the real tasks, a failed one is told so.
+  function runQualificationResult(action) {
+    show("screen-qualification");
+    $("qualification-text").textContent = action.message || "";
+    var button = $("continue-button");
+    $("continue-row").hidden = !action.passed || !action.continue_url;
+    if ($("continue-row").hidden) { return; }
+    button.onclick = function () {
+      button.disabled = true;
+      $("qualification-detail").textContent = gettext("Preparing your task…");
+      request("POST", action.continue_url, {}, 20000).then(function (result) {
+        if (result.ok && result.data.player_url) { window.location.href = result.data.player_url; return; }
+        $("qualification-detail").textContent = result.data.error || ("HTTP " + result.status);
+        button.disabled = false;
+      }, function () {
+        $("qualification-detail").textContent = gettext("Reconnecting…");
+        button.disabled = false;
+      });
+    };
+  }
+
   function runFinishAction(action) {
+    if (action.kind === "qualification") { runQualificationResult(action); return; }
     show("screen-done");
     if (action.kind === "redirect" && action.url) {
       $("done-text").textContent = gettext("Returning you to the platform…");
