@@ -94,14 +94,14 @@ test-both: $(VENV)/.installed-test
 	echo "==== PostgreSQL + Redis run: exit $$services; embedded run: exit $$embedded ===="; \
 	test $$services -eq 0 && test $$embedded -eq 0
 
-# The player's ES modules (static/player/): eslint and `node --test` unit tests of the pure parts, with the
-# versions pinned in package-lock.json (npm ci into node_modules/, redone when the lock file changes).
+# The browser code: eslint over static/ (the player's ES modules, the corrective player's and the researcher
+# pages' scripts) and `node --test` unit tests of the player's pure parts, with the versions pinned in package-lock.json (npm ci into node_modules/, redone when the lock file changes).
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 test-js: node_modules/.installed
-	npx --no-install eslint static/player tests/js eslint.config.js
+	npx --no-install eslint static tests/js eslint.config.js
 	node --test tests/js/
 
 test-services: $(VENV)/.installed-test

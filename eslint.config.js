@@ -1,4 +1,5 @@
-// Lint of the player's ES modules and their unit tests (`make test-js`).
+// Lint of the browser code (`make test-js`): the player's ES modules and their unit tests, and the classic
+// scripts of the corrective player and the researcher pages.
 import js from "@eslint/js";
 import globals from "globals";
 
@@ -8,6 +9,11 @@ export default [
     files: ["static/player/**/*.js"],
     languageOptions: { ecmaVersion: 2022, sourceType: "module", globals: { ...globals.browser } },
     rules: { "no-unused-vars": ["error", { args: "none" }], eqeqeq: ["error", "smart"], "no-var": "error" },
+  },
+  {
+    files: ["static/corrective/**/*.js", "static/researcher/**/*.js"],
+    languageOptions: { ecmaVersion: 2022, sourceType: "script", globals: { ...globals.browser } },
+    rules: { "no-unused-vars": ["error", { args: "none" }], eqeqeq: ["error", "smart"] },
   },
   {
     files: ["tests/js/**/*.mjs"],

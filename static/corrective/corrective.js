@@ -55,7 +55,7 @@
 
   var outboxKey = "clicklab.corrective.outbox." + payload.session.id;
   var outbox = { items: [], sending: false, waiters: [], memoryOnly: false };
-  try { outbox.items = JSON.parse(window.localStorage.getItem(outboxKey) || "[]"); } catch (error) { outbox.memoryOnly = true; }
+  try { outbox.items = JSON.parse(window.localStorage.getItem(outboxKey) || "[]"); } catch { outbox.memoryOnly = true; }
   if (!Array.isArray(outbox.items)) { outbox.items = []; }
 
   function outboxSave() {
@@ -63,7 +63,7 @@
     try {
       if (outbox.items.length) { window.localStorage.setItem(outboxKey, JSON.stringify(outbox.items)); }
       else { window.localStorage.removeItem(outboxKey); }
-    } catch (error) { outbox.memoryOnly = true; }
+    } catch { outbox.memoryOnly = true; }
   }
   function outboxAdd(url, body) { outbox.items.push({ url: url, body: body }); outboxSave(); outboxPump(); }
   function outboxDrain() {
