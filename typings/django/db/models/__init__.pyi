@@ -17,9 +17,8 @@ class ChoicesType(enum.EnumMeta):
     @property
     def values(cls) -> list[Any]: ...
 
-# A base without members, like enum.Enum itself, which mypy flags in a stub outside the enum module [misc].
-class Choices(enum.Enum, metaclass=ChoicesType):  # type: ignore[misc]
+class Choices(enum.Enum, metaclass=ChoicesType):  # type: ignore[misc]  # a base without members, as enum.Enum
     @property
     def label(self) -> str: ...
 
-class TextChoices(str, Choices): ...  # type: ignore[misc]  # a base without members, as above
+class TextChoices(str, Choices): ...  # type: ignore[misc]  # a base without members, as Choices
