@@ -64,9 +64,13 @@ chromium:
 	@test -x /usr/bin/chromium || { echo "Installing Debian's chromium for the browser tests..."; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# ruff (lint rules and formatting), then mypy: the type check of the app and the libraries, configured by
+# [tool.mypy] in pyproject.toml (which packages, each override and why; typings/ holds the one hand-written
+# stub, Django's choices enums). Run alone: `.venv/bin/mypy`.
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # Every test that touches the database or the broker, against PostgreSQL + Redis (production's services) and
 # again on the embedded default (SQLite + the file-system broker), each run with a real Celery worker process.

@@ -113,8 +113,8 @@ def validated(serializer_class, data) -> dict:
         return _validator(serializer_class).run_validation(data)
     except exceptions.ValidationError as exc:
         errors = exc.detail  # run_validation raises the serializer's error dict, as ``errors`` would hold
-    field, message, value = _first_error(errors, data)
-    field = field or None
+    path, message, value = _first_error(errors, data)
+    field = path or None
     if value is _MISSING:
         raise InputRefused(f"{field} is missing: {message} Send it with the request.", field=field)
     message = message if message.endswith(".") else message + "."

@@ -14,6 +14,9 @@ finish a ``"reason"`` (``items_unfinished``: wait for the updates; ``session_clo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404
 from django.urls import reverse
@@ -223,14 +226,9 @@ class ItemAction(CorrectiveView):
     contract_in = contract.CorrectiveItemIn
     fields: dict = {}
     timed = True
-
-    @staticmethod
-    def service(**kwargs):
-        raise NotImplementedError
-
-    @staticmethod
-    def item_id_of(result) -> int:
-        return result.pk
+    # Each action's service function (a staticmethod); their keyword-only signatures differ.
+    service: Callable[..., Any]
+    item_id_of: Callable[[Any], int] = staticmethod(lambda result: result.pk)
 
     def post(self, request, token: str):
         session = _corrective_session(token)

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,9 @@ from benchmark.distribution_metrics import (
     sample_click_sets,
     task_generator,
 )
+
+if TYPE_CHECKING:
+    from benchmark.datasets import Dataset
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +107,7 @@ def load_task_data(tasks, dataset, *, prev_masks_dir: Path | None) -> Iterator[T
 
 
 def display_mode_ablation(
-    mode_tasks: dict[str, Sequence[TaskData]], *, reference_mode: str = REFERENCE_MODE
+    mode_tasks: Mapping[str, Sequence[TaskData]], *, reference_mode: str = REFERENCE_MODE
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each mode against the reference mode on the same full_stems: PL1, WD, KS on the raw click sets.
 
@@ -209,7 +213,7 @@ def compare_click_models(
             continue
         for name, model in models.items():
             prob_map = model.predict_map(task.image, task.gt_mask, task.error_mask)
-            row = {
+            row: dict[str, str | float] = {
                 "dataset": task.dataset,
                 "full_stem": task.full_stem,
                 "click_type": task.click_type,
@@ -289,7 +293,7 @@ def plot_task_maps(
 # --------------------------------------------------------------------------------------------------
 
 
-def _open(args) -> object:
+def _open(args) -> Dataset:
     from benchmark.datasets import open_dataset
 
     layout = args.layout

@@ -48,7 +48,7 @@ def click_heatmap(
 ) -> np.ndarray:
     """float32 (H, W) density of clicks: a unit impulse per click blurred by a Gaussian, peak 1."""
     height, width = shape
-    density = np.zeros((height, width), dtype=np.float32)
+    density: np.ndarray = np.zeros((height, width), dtype=np.float32)
     for x, y in np.asarray(clicks_xy, dtype=np.float64).reshape(-1, 2):
         if np.isfinite(x) and np.isfinite(y):
             density[min(max(int(y), 0), height - 1), min(max(int(x), 0), width - 1)] += 1.0
@@ -90,7 +90,7 @@ def plot_heatmaps(
     """Heatmaps for up to ``limit`` instances (those with group or real clicks), in key order."""
     from benchmark.engine import instance_file_name
 
-    paths = []
+    paths: list[Path] = []
     for result in results:
         if len(paths) >= limit:
             break

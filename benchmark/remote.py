@@ -242,7 +242,7 @@ class RemoteClickSession:
             self._bar.close()
         if self._state != "finished" and self.report_save_dir is not None and self.run_id is not None:
             try:
-                self._write_files(suffix=".partial")
+                self._write_files(self.report_save_dir, suffix=".partial")
             except Exception:  # the original exception matters more than a failed snapshot
                 pass
         return None  # the HTTP client stays open: get_report() works after the with block, as locally
@@ -273,7 +273,7 @@ class RemoteClickSession:
             if self._bar is not None:
                 self._bar.update(self._bar.total - self._bar.n)
             if self.report_save_dir is not None:
-                self._write_files(suffix="")
+                self._write_files(self.report_save_dir, suffix="")
             return False
         self._take(payload)
         return True
@@ -296,6 +296,7 @@ class RemoteClickSession:
             raise SessionStateError("get_clicks() called twice: call submit_masks() with a mask first.")
         if self._state != "awaiting_get":
             raise SessionStateError("get_clicks() called before next(): call sess.next() first.")
+        assert self._served is not None and self._sample is not None  # _take() set both: state awaiting_get
         self._state = "awaiting_mask"
         self._clock = time.perf_counter()
         raw = self._served["last_clicks" if only_last else "clicks"]
@@ -308,6 +309,7 @@ class RemoteClickSession:
             raise SessionStateError(
                 "submit_masks() called before get_clicks(): call next() and get_clicks() first."
             )
+        assert self._served is not None and self._sample is not None  # kept from _take() until the submit
         array = np.asarray(mask_or_probs)
         shape = (self._sample.height, self._sample.width)
         if array.shape != shape:
@@ -346,9 +348,9 @@ class RemoteClickSession:
             Path(save_file).write_text(json.dumps(self._summary, indent=1), encoding="utf-8")
         return self._summary
 
-    def _write_files(self, *, suffix: str) -> None:
-        self.report_save_dir.mkdir(parents=True, exist_ok=True)
-        stem = self.report_save_dir / f"clicksession_{self.session_id}"
+    def _write_files(self, directory: Path, *, suffix: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = directory / f"clicksession_{self.session_id}"
         self.get_report().to_csv(stem.with_name(stem.name + f"{suffix}.csv"), index=False)
         if self._summary is not None:
             stem.with_name(stem.name + f"{suffix}.json").write_text(

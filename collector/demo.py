@@ -185,8 +185,9 @@ def traced_mask(image: np.ndarray, obj: DemoObject, *, band_px: int = REFINE_BAN
     labels[inner] = cv2.GC_FGD
     labels[excluded] = cv2.GC_BGD
     cv2.setRNGSeed(0)
+    # (0, 0, 0, 0): the rect, unused when GrabCut starts from the mask (it is what None converts to)
     cv2.grabCut(
-        cv2.cvtColor(image, cv2.COLOR_RGB2BGR), labels, None, np.zeros((1, 65)), np.zeros((1, 65)),
+        cv2.cvtColor(image, cv2.COLOR_RGB2BGR), labels, (0, 0, 0, 0), np.zeros((1, 65)), np.zeros((1, 65)),
         GRABCUT_ITERATIONS, cv2.GC_INIT_WITH_MASK,
     )  # fmt: skip
     mask = np.isin(labels, (cv2.GC_FGD, cv2.GC_PR_FGD))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Literal
 
 from .logging_filters import _redact_value, extra_fields
 
@@ -60,7 +61,13 @@ def _pair(key: str, value) -> str:
 class ReadableFormatter(logging.Formatter):
     """``2026-11-23 13:00:00,123 INFO collector.services.sessions session started session_id=4 study_id=2``."""
 
-    def __init__(self, fmt: str | None = None, datefmt: str | None = None, style: str = "%", **kwargs):
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Literal["%", "{", "$"] = "%",
+        **kwargs,
+    ):
         super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s %(message)s", datefmt, style, **kwargs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)

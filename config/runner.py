@@ -99,6 +99,7 @@ class Stack:
         self.say("runner", f"started {name} (pid {child.pid})")
 
     def _pump(self, name: str, child: subprocess.Popen) -> None:
+        assert child.stdout is not None  # start() opens every child with stdout=PIPE
         for raw in child.stdout:
             self.say(name, raw.decode("utf-8", "replace").rstrip("\n"))
 

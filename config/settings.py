@@ -12,7 +12,9 @@ import math
 import os
 import secrets
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -152,6 +154,8 @@ TEMPLATES = [
     },
 ]
 
+# dj_database_url's TypedDict or the literal below (whose NAME is a Path, which Django takes for SQLite)
+DATABASES: dict[str, Mapping[str, Any]]
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 else:
@@ -349,6 +353,7 @@ BROKER_DIR = Path(os.environ.get("CLICKLAB_BROKER_DIR", VAR_DIR / "broker"))
 # Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
 # exceed the longest task (and any countdown), or a running task is delivered twice.
 BROKER_VISIBILITY_TIMEOUT_S = env_int("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", 3600)
+CELERY: dict[str, Any]  # Celery's settings, by its own (lower-case) names
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY = {
         "broker_url": CELERY_BROKER_URL,

@@ -7,7 +7,7 @@ import os
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-DEFAULTS = {
+DEFAULTS: dict[str, int | str] = {
     "EVAL_RUN_TTL_S": 24 * 3600,  # a run expires this long after it was created
     "EVAL_MAX_ACTIVE_RUNS": 3,  # unfinished, unexpired runs per user
     # request body of a submission; at most Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default)

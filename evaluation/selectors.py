@@ -52,7 +52,7 @@ def group_run_statistics(group_run: EvaluationRun, base_run: EvaluationRun | Non
     if values is None:
         return {"note": "no per-instance values (the run has no rows)"}
     base = run_values(base_run) if base_run is not None else None
-    if base is None:
+    if base_run is None or base is None:
         return {**session_statistics(values), "note": "ΔSB needs a finished baseline run of the same method, "
                 "max_clicks and threshold"}  # fmt: skip
     try:

@@ -25,6 +25,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from django.core.files.storage import default_storage
@@ -110,7 +111,9 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
         }
         (out / "quality.json").write_text(json.dumps(quality, indent=1))
 
-    images, annotations, categories = {}, [], {}
+    images: dict[int, dict[str, Any]] = {}  # COCO's images and annotations, by image id
+    annotations: list[dict[str, Any]] = []
+    categories: dict[str, int] = {}  # category name -> COCO category id
     for item in items:
         if item.state not in FINISHED or item.current_mask is None:
             continue
@@ -196,7 +199,7 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
 def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
     """The seed's analyses of a campaign, from its items, masks and clicks."""
     live = [c for c in clicks if not c.undone]
-    per_round_clicks = defaultdict(int)
+    per_round_clicks: defaultdict[int, int] = defaultdict(int)
     for click in live:
         per_round_clicks[click.round] += 1
     masks = list(CorrectiveMask.objects.filter(item__in=[i.pk for i in items]).order_by("item_id", "round"))
@@ -208,7 +211,7 @@ def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
     for item in items:
         for key, value in (item.round_ms or {}).items():
             round_ms[int(key)].append(float(value))
-    states = defaultdict(int)
+    states: defaultdict[str, int] = defaultdict(int)
     for item in items:
         states[item.state] += 1
     rounds = sorted(set(by_round) | set(per_round_clicks) | set(round_ms))

@@ -391,7 +391,7 @@ def _size_error(what: str, name: str, size: tuple[int, int], target: ExportTarge
 def _write_prev_masks(
     *, targets: list[ExportTarget], out_dir: Path, progress: bool, verify_values: bool
 ) -> int:
-    written: dict[str, tuple[str, int]] = {}
+    written: dict[str, tuple[bytes, int]] = {}  # path -> (sha256 of the PNG, the target that wrote it)
     folders: dict[str, str] = {}
     for target in tqdm(targets, unit="mask", desc="prev masks", file=sys.stderr, disable=not progress):
         folder = folders.get(target.dataset)

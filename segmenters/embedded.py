@@ -53,6 +53,8 @@ from segmenters.images import validate_image
 from segmenters.registry import register
 
 _FGD, _BGD, _PR_FGD, _PR_BGD = cv2.GC_FGD, cv2.GC_BGD, cv2.GC_PR_FGD, cv2.GC_PR_BGD
+# grabCut's rect, unused when it starts from a mask (GC_INIT_WITH_MASK): the empty rect OpenCV makes of None
+_UNUSED_RECT = (0, 0, 0, 0)
 
 
 @dataclass
@@ -200,15 +202,16 @@ class EmbeddedPredictor(Predictor):
     ) -> np.ndarray:
         work_h, work_w = payload.image_bgr.shape[:2]
         radius = max(1, round(self.click_radius_px))
-        has_previous = previous is not None and previous.any()
-        if has_previous:
+        if previous is not None and not previous.any():
+            previous = None  # an empty previous mask starts from the first-click prior, as no mask does
+        if previous is not None:
             trimap = np.where(previous, _PR_FGD, _PR_BGD).astype(np.uint8)
         else:
             trimap = self._first_click_prior(payload, clicks)
         for click in clicks:
             cv2.circle(trimap, _pixel(click), radius, int(_FGD if click.is_positive else _BGD), -1)
 
-        if has_previous:
+        if previous is not None:
             self._relabel_newest_click_region(payload, trimap, clicks)
             result = previous.copy()
             window = self._local_window(clicks[-1], work_h, work_w)
@@ -229,7 +232,13 @@ class EmbeddedPredictor(Predictor):
         image_bgr = np.ascontiguousarray(image_bgr)
         cv2.setRNGSeed(seed)  # the generator is per thread: seed it in the thread that runs grabCut
         cv2.grabCut(
-            image_bgr, labels, None, bgd_model, fgd_model, self.grabcut_iterations, cv2.GC_INIT_WITH_MASK
+            image_bgr,
+            labels,
+            _UNUSED_RECT,
+            bgd_model,
+            fgd_model,
+            self.grabcut_iterations,
+            cv2.GC_INIT_WITH_MASK,
         )
         trimap[...] = labels
         return (labels == _FGD) | (labels == _PR_FGD)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,7 @@ def build_from_config(load_model, config: dict, *, eval_ritm: bool):
     ``strict=False`` loading would drop them silently). ``eval_ritm`` is passed exactly when the clone's
     ``load_model`` takes it, as upstream's evaluation script does (``--eval-ritm``).
     """
+    parameters: Mapping[str, inspect.Parameter]
     try:
         parameters = inspect.signature(load_model).parameters
     except (TypeError, ValueError):  # a builtin or C callable: call it as RITM's
@@ -273,6 +274,7 @@ class ZoomIn:
             if click.is_positive:
                 mask[min(int(click.y), height - 1), min(int(click.x), width - 1)] = True
         box = mask_box(mask)
+        assert box is not None  # the mask has a True pixel (checked above)
         return expand_box(
             box,
             expansion_ratio=self.expansion_ratio,
@@ -448,18 +450,18 @@ class IsegmPredictor(Predictor):
         self.zoom_in = self._make_zoom_in(zoom_in_target_size_px, zoom_in_skip_clicks)
         self.grid = patch_grid(self.net)
         if self.grid is not None:
-            self._fit_grid()
+            self._fit_grid(self.grid)
 
     def _make_zoom_in(self, target_size_px: int | None, skip_clicks: int) -> ZoomIn | None:
         if target_size_px is None:
             target_size_px = 400
         return ZoomIn(target_size_px=target_size_px, skip_clicks=skip_clicks) if target_size_px else None
 
-    def _fit_grid(self) -> None:
+    def _fit_grid(self, grid: PatchGrid) -> None:
         """A fixed-grid network needs every input at its grid's size: only a fixed square zoom-in gives that."""
         if self.zoom_in is None or not self.zoom_in.square:
             raise SegmenterError(
-                f"{self.name}: the network is a plain ViT with a fixed {self.grid.rows}x{self.grid.cols} patch grid, "
+                f"{self.name}: the network is a plain ViT with a fixed {grid.rows}x{grid.cols} patch grid, "
                 "so it only takes inputs of one size; run it with the fixed-square zoom-in (the simpleclick "
                 "predictor, zoom_in_target_size_px=448 or 672) instead of a zoom-in that keeps the aspect ratio."
             )
@@ -587,7 +589,7 @@ class IsegmPredictor(Predictor):
     def _crop(self, image, clicks: Sequence[Click], box: Box | None):
         import torch.nn.functional as functional
 
-        if box is None:
+        if box is None or self.zoom_in is None:  # (a box comes from the zoom-in)
             return image, [(c.y, c.x, c.is_positive) for c in clicks]
         crop_h, crop_w = self.zoom_in.crop_size(box)
         cropped = image[:, :, box[0] : box[1] + 1, box[2] : box[3] + 1]

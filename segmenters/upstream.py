@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -60,7 +61,7 @@ def _library_roots() -> tuple[str, ...]:
     import numpy
     import torch
 
-    return tuple(str(Path(module.__file__).parent) for module in (numpy, torch))
+    return tuple(str(Path(inspect.getfile(module)).parent) for module in (numpy, torch))
 
 
 def _where(error: BaseException) -> str:
@@ -151,13 +152,14 @@ def upstream_errors(
     does not fit what it was given (e.g. TypeError/AssertionError while a clone builds a network from a
     checkpoint's config); they are reported like RuntimeError.
     """
+    reported_with_fix: tuple[type[Exception], ...] = (RuntimeError, *also)
     try:
         yield
     except SegmenterError:
         raise
     except (ImportError, AttributeError) as error:
         raise SegmenterError(explain(error, package=package, doing=doing)) from error
-    except (RuntimeError, *also) as error:
+    except reported_with_fix as error:
         message = explain(error, package=package, doing=doing)
         raise SegmenterError(f"{message} {fix}".rstrip()) from error
 

@@ -117,7 +117,7 @@ def click_density(
     histogram = np.zeros((height, width), dtype=np.float64)
     np.add.at(histogram, (rows, cols), 255.0 * 2.0 * math.pi * sigma_px**2 / len(points))
     side = _odd_kernel_side(sigma_px)
-    blurred = cv2.GaussianBlur(
+    blurred: np.ndarray = cv2.GaussianBlur(  # float64, as the histogram
         histogram, (side, side), sigmaX=sigma_px, sigmaY=sigma_px, borderType=cv2.BORDER_CONSTANT
     )
     peak = blurred.max()

@@ -260,6 +260,9 @@ class NMF2D(nn.Module):
     without gradient and one last coefficient update carries the gradient (one-step gradient).
     """
 
+    # A buffer (registered in __init__): declared, as nn.Module's attribute lookup types it Tensor | Module.
+    bases: torch.Tensor
+
     def __init__(self, channels: int, rank: int, train_steps: int, eval_steps: int) -> None:
         super().__init__()
         self.rank, self.train_steps, self.eval_steps = rank, train_steps, eval_steps
@@ -396,7 +399,7 @@ def prepare_inputs(
 ) -> tuple[np.ndarray, np.ndarray, Letterbox]:
     """(image (3,S,S) normalised float32, masks (2,S,S) float32 in [0,1], box) for the network."""
     box = Letterbox.for_shape(height=image.shape[0], width=image.shape[1], size=size)
-    rgb = image.astype(np.float32) / 255.0
+    rgb: np.ndarray = image.astype(np.float32) / 255.0
     rgb = (rgb - np.asarray(IMAGENET_MEAN, np.float32)) / np.asarray(IMAGENET_STD, np.float32)
     image_in = letterbox(rgb, box).transpose(2, 0, 1)
     masks_in = np.stack(
@@ -471,6 +474,7 @@ class TrainedClickModel(ClickModel):
         self.restrict_to_error = restrict_to_error
         self.name = name
         self.device = device
+        self.checkpoint_sha256: str | None = None  # of the checkpoint file, when made by from_checkpoint
 
     @classmethod
     def from_checkpoint(

@@ -158,7 +158,7 @@ def _call(what: str, fn, *args, **kwargs):
         tx.RemoteServiceUnavailableApiError,
         tx.TooManyRequestsApiError,
         tx.IncorrectActionsApiError,
-        tx.HTTPStatusError,
+        httpx.HTTPStatusError,  # what the SDK raises for an unexpected HTTP status
         httpx.TransportError,
     ) as exc:
         raise PlatformUnavailable(
@@ -226,6 +226,7 @@ def pool_build(
     import toloka.client as toloka
     from toloka.client import actions, collectors, conditions
     from toloka.client import filter as tfilter
+    from toloka.client.quality_control import QualityControl
 
     config = study.platform_config or {}
     device_filter = tfilter.DeviceCategory == DEVICE_CATEGORIES[device]
@@ -240,7 +241,20 @@ def pool_build(
         pool_filter = pool_filter & tfilter.Languages.in_(list(config["languages"]))
     if config.get("browser_only"):
         pool_filter = pool_filter & (tfilter.ClientType == tfilter.ClientType.ClientType.BROWSER)
-    pool = toloka.Pool(
+    quality_control = QualityControl()
+    quality_control.add_action(
+        collector=collectors.AssignmentSubmitTime(
+            history_size=5, fast_submit_threshold_seconds=fast_submit_threshold_s(study=study)
+        ),
+        conditions=[conditions.FastSubmittedCount > 0],
+        action=actions.RestrictionV2(
+            scope="PROJECT",
+            duration=30,
+            duration_unit="DAYS",
+            private_comment="Submitted faster than possible",
+        ),
+    )
+    return toloka.Pool(
         project_id=project_id,
         private_name=f"{study.name} [{device}]"[:200],
         may_contain_adult_content=False,
@@ -253,20 +267,8 @@ def pool_build(
             default_overlap_for_new_task_suites=overlap, default_overlap_for_new_tasks=overlap
         ),
         filter=pool_filter,
+        quality_control=quality_control,
     )
-    pool.quality_control.add_action(
-        collector=collectors.AssignmentSubmitTime(
-            history_size=5, fast_submit_threshold_seconds=fast_submit_threshold_s(study=study)
-        ),
-        conditions=[conditions.FastSubmittedCount > 0],
-        action=actions.RestrictionV2(
-            scope="PROJECT",
-            duration=30,
-            duration_unit="DAYS",
-            private_comment="Submitted faster than possible",
-        ),
-    )
-    return pool
 
 
 def suite_overlaps(*, assignments: int, batches: int) -> list[int]:
@@ -549,6 +551,5 @@ def _json_safe(obj) -> dict:
     """The SDK object as the JSON the API received (Decimals as strings), for PlatformPool.settings_sent."""
     import json
 
-    from toloka.client import unstructure
-
-    return json.loads(json.dumps(unstructure(obj), default=str))
+    # the object's own unstructure() is what the SDK's converter (toloka.client.unstructure) calls for it
+    return json.loads(json.dumps(obj.unstructure(), default=str))

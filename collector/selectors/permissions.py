@@ -9,6 +9,8 @@ all ask it, and a study the user may not see answers 404 everywhere, exactly as 
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet
 from django.http import Http404
@@ -18,7 +20,7 @@ from collector.models import Study
 RESEARCHER_GROUP = "researchers"
 
 
-def user_is_researcher(user: AbstractBaseUser | AnonymousUser | None) -> bool:
+def user_is_researcher(user: AbstractBaseUser | AnonymousUser | None) -> TypeGuard[AbstractBaseUser]:
     """True for an active, authenticated user who is superuser, staff, or in the group "researchers"."""
     if user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
         return False

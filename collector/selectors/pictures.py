@@ -35,7 +35,7 @@ def _canonical(image: np.ndarray, *, width: int, height: int) -> np.ndarray:
     """The image at the canonical size all coordinates use (files are stored at it; this guards)."""
     if image.shape[:2] == (height, width):
         return image
-    return np.asarray(PILImage.fromarray(image).resize((width, height), PILImage.BILINEAR))
+    return np.asarray(PILImage.fromarray(image).resize((width, height), PILImage.Resampling.BILINEAR))
 
 
 def target_heatmap(*, target: Target) -> bytes:
@@ -47,7 +47,7 @@ def target_heatmap(*, target: Target) -> bytes:
         region = (
             np.asarray(
                 PILImage.fromarray(region.astype(np.uint8) * 255).resize(
-                    (image.shape[1], image.shape[0]), PILImage.NEAREST
+                    (image.shape[1], image.shape[0]), PILImage.Resampling.NEAREST
                 )
             )
             > 127
@@ -79,7 +79,11 @@ def _shrink(array: np.ndarray) -> np.ndarray:
     if scale >= 1:
         return array
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    mode = PILImage.BILINEAR if array.dtype == np.uint8 and array.ndim == 3 else PILImage.NEAREST
+    mode = (
+        PILImage.Resampling.BILINEAR
+        if array.dtype == np.uint8 and array.ndim == 3
+        else PILImage.Resampling.NEAREST
+    )
     return np.asarray(PILImage.fromarray(array).resize(size, mode))
 
 
@@ -97,7 +101,7 @@ def instance_phase_b_preview(*, instance: Instance, display_mode: str) -> bytes:
         mask = (
             np.asarray(
                 PILImage.fromarray(mask.astype(np.uint8) * 255).resize(
-                    (image.shape[1], image.shape[0]), PILImage.NEAREST
+                    (image.shape[1], image.shape[0]), PILImage.Resampling.NEAREST
                 )
             )
             > 127

@@ -239,7 +239,7 @@ def study_money_spent(*, study: Study) -> dict:
                 paid_rejected += 1
             else:
                 paid_pending += 1
-            if submission and submission["decision"] == "accept":
+            if row and row["decision"] == "accept":
                 spent += _decimal(row["reward"]) or reward
                 bonus = _decimal(row["bonus_amount"]) if row["bonus_applied_at"] else Decimal(0)
             else:

@@ -175,8 +175,8 @@ def submission_decide(*, submission: PlatformSubmission) -> None:
         other = PlatformSubmission.objects.filter(session=session).exclude(pk=submission.pk).first()
         if other is not None:
             reason = "Rejected: this completion code was already used for another submission."
-    review = None if reason else session_review_latest(session_id=session.pk)
-    if reason:
+    review = None if reason or session is None else session_review_latest(session_id=session.pk)
+    if reason or session is None:  # (no session always comes with a reason)
         submission.decision = PlatformSubmission.Decision.REJECT
         submission.public_comment = reason
     elif review is not None:

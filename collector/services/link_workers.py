@@ -51,14 +51,15 @@ def link_worker_identify(*, study_id: int, signed_id: str | None) -> tuple[Worke
     ``signed_id``: the cookie's value from an earlier visit (or empty). A genuine id made for this study
     names the same worker again; anything else (missing, forged, expired, another study's, a worker that
     no longer exists) mints a new worker with a new id."""
+    claimed_id = signed_id or ""
     try:
-        payload = signing.loads(signed_id or "", salt=_SALT, max_age=LINK_WORKER_MAX_AGE_S)
+        payload = signing.loads(claimed_id, salt=_SALT, max_age=LINK_WORKER_MAX_AGE_S)
     except signing.BadSignature:
         payload = None
     if isinstance(payload, dict) and payload.get("study") == study_id and isinstance(payload.get("w"), str):
         worker = Worker.objects.filter(platform=LINK_PLATFORM, external_id=payload["w"]).first()
         if worker is not None:
-            return worker, signed_id
+            return worker, claimed_id
     external_id = f"link-{uuid.uuid4().hex}"
     worker = worker_get_or_create(platform=LINK_PLATFORM, external_id=external_id)
     return worker, signing.dumps({"study": study_id, "w": external_id}, salt=_SALT, compress=False)

@@ -191,7 +191,7 @@ def valid_first_clicks(*, round_: Round) -> dict[int, list[SourceClick]]:
 def _read_gray(name: str, *, what: str) -> np.ndarray:
     try:
         with default_storage.open(name, "rb") as handle:
-            picture = PILImage.open(handle)
+            picture: PILImage.Image = PILImage.open(handle)
             picture.load()
     except FileNotFoundError:
         raise NextRoundError(
@@ -204,7 +204,7 @@ def _read_image(image: Image) -> np.ndarray:
     """(H, W, 3) uint8 RGB at the image's canonical size (``image.height``, ``image.width``)."""
     try:
         with image.file.open("rb") as handle:
-            picture = PILImage.open(handle)
+            picture: PILImage.Image = PILImage.open(handle)
             picture.load()
     except FileNotFoundError:
         raise NextRoundError(

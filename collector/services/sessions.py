@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -328,7 +328,7 @@ def _hot_query() -> tuple[str, list]:
         return cached
     quote = connection.ops.quote_name
     aliases = {Trial: "t", Click: "c", Session: "s", Study: "st"}
-    selected = [
+    selected: list[tuple[type[models.Model], str]] = [
         *((Trial, name) for name in _HOT_TRIAL_FIELDS),
         (Click, "id"),
         (Click, "idempotency_key"),

@@ -77,7 +77,7 @@ def display_size(*, width: int, height: int, long_side: int) -> tuple[int, int]:
 def _read_rgb(field, *, what: str) -> PILImage.Image:
     try:
         with field.open("rb") as handle:
-            picture = PILImage.open(handle)
+            picture: PILImage.Image = PILImage.open(handle)
             picture.load()
     except (OSError, ValueError) as exc:
         raise StimulusError(f"{what} {field.name!r} cannot be read ({exc}); re-import the dataset.") from None
@@ -90,7 +90,7 @@ def _read_mask(field, *, size: tuple[int, int], what: str) -> np.ndarray:
         raise StimulusError(f"{what} is missing; the target has no region to show.")
     try:
         with field.open("rb") as handle:
-            picture = PILImage.open(handle)
+            picture: PILImage.Image = PILImage.open(handle)
             picture.load()
     except (OSError, ValueError) as exc:
         raise StimulusError(f"{what} {field.name!r} cannot be read ({exc}).") from None

@@ -267,7 +267,8 @@ def session_validate(*, session_id: int) -> Session | None:
                 trial_flagged=bool(trial.flags),
             )
             click.is_valid = verdict.is_valid
-            click.distance_px = None if math.isinf(verdict.distance_px) else verdict.distance_px
+            distance_px = verdict.distance_px
+            click.distance_px = None if distance_px is None or math.isinf(distance_px) else distance_px
             click.invalid_reason = verdict.invalid_reason
             clicks.append(click)
             if verdict.is_valid:
