@@ -237,7 +237,8 @@ def test_concurrent_uploads_of_the_same_click_store_it_once(study):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_finish_sends_validation_task_after_commit(study):
+def test_finish_sends_validation_task_after_commit(study, exclusive_broker):
+    # exclusive_broker: a shared worker left running by an earlier test would take the message before we look
     from config.celery import app
     from tests.support.celery_worker import purge_queues
 
