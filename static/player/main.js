@@ -173,6 +173,7 @@ function showPhase(phase) {
     setVisible(pair.target, true);
     const trial = current.trial;
     $("rotate-hint").hidden = !rotateWouldHelp(window.innerWidth, window.innerHeight, trial.width, trial.height, coarse);
+    if (PREVIEW) { $("preview-verdict").hidden = true; }
   } else if (phase === "B") {
     setTargetOnTop(pair, true);
   } else if (phase === "C") {
@@ -328,10 +329,13 @@ function previewPointer(event) {
     context.fill();
     const where = interpolate(gettext("Preview: clicked at x=%(x)s, y=%(y)s"),
       { x: marker.x.toFixed(1), y: marker.y.toFixed(1) });
-    $("hint").textContent = `${where} — ${gettext("checking…")}`;
+    // The verdict is a sentence: it goes on the stage, where it wraps, not in the one-line bar above it.
+    const box = $("preview-verdict");
+    box.textContent = `${where} — ${gettext("checking…")}`;
+    box.hidden = false;
     const shown = current;
     previewCheck(trial, marker).then((verdict) => {
-      if (current === shown) { $("hint").textContent = `${where} — ${verdict} ${gettext("Tap to continue.")}`; }
+      if (current === shown) { box.textContent = `${where} — ${verdict} ${gettext("Tap to continue.")}`; }
       api.previewVerdicts = (api.previewVerdicts || []).concat([{ position: trial.position, verdict }]);
     });
   } else {

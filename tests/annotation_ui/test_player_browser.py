@@ -590,12 +590,12 @@ def test_preview_walks_through_phases_without_storing(chromium, player_server, t
             assert page.evaluate("() => window.clicklabPlayer.phase") == phase
             rect = canvas_rect(page)
             page.touchscreen.tap(rect["left"] + rect["width"] / 2, rect["top"] + rect["height"] / 2)
-        assert "clicked at" in page.inner_text("#hint")
+        assert "clicked at" in page.inner_text("#preview-verdict")
         # The researcher sees whether the click would count (the centre is on each test object).
         page.wait_for_function(
             f"() => (window.clicklabPlayer.previewVerdicts || []).length === {position + 1}"
         )
-        assert "Counts: inside the object." in page.inner_text("#hint")
+        assert "Counts: inside the object." in page.inner_text("#preview-verdict")
         rect = canvas_rect(page)
         page.touchscreen.tap(rect["left"] + 5, rect["top"] + 5)
     wait_finished(page)

@@ -1,0 +1,74 @@
+"""The researcher's pages on a phone (390 × 844 CSS px) in a real Chromium (issue 21): the preview's verdict
+wraps on screen, and wide tables scroll inside their card instead of widening the page. Screenshots:
+var/screenshots/researcher-phone-*.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.annotation_ui.driver import PHONE, canvas_rect, press_start, wait_phase, wait_start_enabled
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "var" / "screenshots"
+
+# The innermost element showing ``text``, its box, and the boxes of the ancestors that clip what overflows
+# them (overflow other than visible): text cut off by one of those is not on screen.
+TEXT_BOX = """text => {
+  const holders = [...document.querySelectorAll('body *')].filter(
+    e => e.textContent.includes(text) && ![...e.children].some(c => c.textContent.includes(text)));
+  if (!holders.length) { return null; }
+  const element = holders[0];
+  const box = r => ({left: r.left, right: r.right, top: r.top, bottom: r.bottom});
+  const clips = [];
+  for (let e = element.parentElement; e; e = e.parentElement) {
+    const style = getComputedStyle(e);
+    if (style.overflowX !== 'visible' || style.overflowY !== 'visible') { clips.push(box(e.getBoundingClientRect())); }
+  }
+  return {box: box(element.getBoundingClientRect()), clips, width: innerWidth, text: element.textContent};
+}"""
+
+
+def _shot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"researcher-phone-{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture
+def phone(chromium, live_server, alice):
+    """A phone's browser logged in as alice."""
+    context = chromium.new_context(**PHONE)
+    page = context.new_page()
+    page.goto(f"{live_server.url}/researcher/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "pw-for-tests-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#study-list")
+    yield page
+    context.close()
+
+
+def test_preview_verdict_wraps_within_a_phone_screen(phone, live_server, alice_study):
+    page = phone
+    page.goto(f"{live_server.url}/preview/{alice_study.pk}/?device=mobile")
+    wait_start_enabled(page)
+    press_start(page)
+    for phase in ("A", "B", "C", "D"):
+        wait_phase(page, 0, phase)
+        rect = canvas_rect(page)
+        # phase D: the top-left corner, far from the test object, so the verdict is the long "Does not count"
+        page.touchscreen.tap(rect["left"] + 2, rect["top"] + 2)
+    page.wait_for_function("() => (window.clicklabPlayer.previewVerdicts || []).length === 1")
+    found = page.evaluate(TEXT_BOX, "Does not count")
+    assert found is not None, "the verdict is nowhere on the page"
+    box = found["box"]
+    assert 0 <= box["left"] and box["right"] <= found["width"], found  # within the 390 px screen
+    for clip in found["clips"]:  # and not cut off by a box that hides what overflows it
+        assert clip["left"] <= box["left"] and box["right"] <= clip["right"], found
+        assert clip["top"] <= box["top"] and box["bottom"] <= clip["bottom"], found
+    assert "farther than the" in found["text"] and "Tap to continue" in found["text"]
+    _shot(page, "preview-verdict")
