@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.annotation_ui.driver import PHONE, canvas_rect, press_start, wait_phase, wait_start_enabled
+from tests.factories import make_validated_batch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -72,3 +73,35 @@ def test_preview_verdict_wraps_within_a_phone_screen(phone, live_server, alice_s
         assert clip["top"] <= box["top"] and box["bottom"] <= clip["bottom"], found
     assert "farther than the" in found["text"] and "Tap to continue" in found["text"]
     _shot(page, "preview-verdict")
+
+
+@pytest.mark.parametrize(
+    "name, path",
+    [
+        ("study-list", "/researcher/"),
+        ("study", "/researcher/studies/{pk}/"),
+        ("sessions", "/researcher/studies/{pk}/sessions/"),
+        ("workers", "/researcher/studies/{pk}/workers/"),
+        ("targets", "/researcher/studies/{pk}/targets/"),
+    ],
+)
+def test_tables_scroll_inside_their_box_not_the_page(phone, live_server, alice_study, name, path):
+    make_validated_batch(alice_study, device="mobile")
+    page = phone
+    page.goto(live_server.url + path.format(pk=alice_study.pk))
+    page.wait_for_selector("table.grid")
+    widths = page.evaluate(
+        """() => ({page: document.documentElement.scrollWidth, screen: innerWidth,
+                   tables: [...document.querySelectorAll('table.grid')].map(t => t.scrollWidth)})"""
+    )
+    assert widths["page"] <= widths["screen"], widths  # no sideways scrolling of the whole page
+    assert max(widths["tables"]) > widths["screen"], widths  # the tables are wider: they scroll in their box
+    scrollers = page.evaluate(
+        """() => [...document.querySelectorAll('table.grid')].every(t => {
+             for (let e = t.parentElement; e; e = e.parentElement) {
+               if (['auto', 'scroll'].includes(getComputedStyle(e).overflowX)) { return e.clientWidth <= innerWidth; }
+             }
+             return false; })"""
+    )
+    assert scrollers, "a table has no box of its own to scroll in"
+    _shot(page, name)
