@@ -345,7 +345,15 @@ function previewPointer(event) {
   }
 }
 
+/** Before START: say it now if turning the phone would show the pictures larger, so the worker turns it
+ *  before the timed trials, not in the middle of one (the hint on the stage says it again per picture). */
+function showStartRotateHint() {
+  $("rotate-hint-start").hidden = !queue.some((trial) =>
+    rotateWouldHelp(window.innerWidth, window.innerHeight, trial.width, trial.height, coarse));
+}
+
 function onViewportChange() {
+  if (!playing) { showStartRotateHint(); }
   flag("viewport_changed");
   if (current && current.clock.phase) { prepare(current.pair, current.trial, current.pictures); }
 }
@@ -510,6 +518,7 @@ function boot() {
   queue = payload.trials.filter((trial) => !trial.done && !pending.includes(trial.position));
   if (outbox && pending.length) { outbox.pump(); }
   if (!queue.length) { finishBatch(); return; }
+  showStartRotateHint();
   queue.forEach((trial) => { assets[trial.position] = deferred(); });
   const onBytes = (fraction) => {
     $("progress-bar").style.width = `${Math.round(100 * fraction)}%`;
