@@ -427,14 +427,28 @@
   // ------------------------------------------------------------------------------------------------
   // Finish: every write stored, every update applied, then the completion step.
 
+  // The code is on screen first; a redirect follows only once the platform's origin answers an opaque
+  // request (no cookies, nothing read), as in the timed player (static/player/ui.js): a participant whose
+  // platform cannot be reached keeps the code instead of landing on a browser error page.
   function runFinishAction(action) {
     show("screen-done");
+    $("done-code").hidden = !action.code;
+    $("completion-code").textContent = action.code || "";
     if (action.kind === "redirect" && action.url) {
-      $("done-text").textContent = gettext("Returning you to the platform…");
-      window.location.href = action.url;
+      $("done-text").textContent = gettext(
+        "Copy your code now. You are taken back to the platform in a few seconds; if that does not work, enter the code there.");
+      $("done-link").href = action.url;
+      $("done-link").hidden = false;
+      setTimeout(function () {
+        var controller = new AbortController();
+        setTimeout(function () { controller.abort(); }, 8000);
+        fetch(new URL(action.url).origin + "/", { mode: "no-cors", credentials: "omit", cache: "no-store", signal: controller.signal })
+          .then(function () { window.location.href = action.url; }, function () {
+            $("done-text").textContent = gettext(
+              "The platform could not be reached, so you stay on this page. Copy the code above and enter it on the platform, or use the link on this page once your connection works.");
+          });
+      }, 2500);
     } else {
-      $("done-code").hidden = !action.code;
-      $("completion-code").textContent = action.code || "";
       $("done-text").textContent = action.code ? gettext("Enter this code where the task asks for it.") : "";
     }
   }

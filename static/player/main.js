@@ -548,10 +548,15 @@ $("start-button").addEventListener("click", () => {
   startTrial();
 });
 $("copy-code").addEventListener("click", () => {
-  const code = $("completion-code").textContent;
-  if (navigator.clipboard) {
-    navigator.clipboard.writeText(code).then(() => { $("copy-code").textContent = gettext("Copied"); });
-  }
+  const element = $("completion-code");
+  const copied = () => { $("copy-code").textContent = gettext("Copied"); };
+  // Plain http on a LAN has no navigator.clipboard: then the code is selected and copied the old way, and
+  // stays selected for the participant's own copy.
+  const byHand = () => {
+    window.getSelection().selectAllChildren(element);
+    try { if (document.execCommand("copy")) { copied(); } } catch { /* selected: copy by hand */ }
+  };
+  if (navigator.clipboard) { navigator.clipboard.writeText(element.textContent).then(copied, byHand); } else { byHand(); }
 });
 window.addEventListener("online", () => { if (outbox) { outbox.pump(); } });
 
