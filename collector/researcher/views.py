@@ -43,6 +43,8 @@ from .forms import StudyForm
 
 #: How often the study page and the study list ask for fresh numbers (see ``study_live``).
 LIVE_POLL_MS = 5000
+#: How often at most the study page redraws its charts (matplotlib PNGs, the costly part), when the numbers changed.
+LIVE_CHART_MS = 10000
 RECENT_SESSIONS = 15
 SESSIONS_PER_PAGE = 100
 
@@ -235,6 +237,7 @@ def study_detail(request, study_id: int):
             "links_loopback": link_selectors.public_base_is_loopback(),
             "public_base_url": settings.PUBLIC_BASE_URL,
             "poll_ms": LIVE_POLL_MS,
+            "chart_ms": LIVE_CHART_MS,
         }
     )
     return render(request, "researcher/study_detail.html", context)
