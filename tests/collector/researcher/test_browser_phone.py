@@ -32,10 +32,13 @@ TEXT_BOX = """text => {
 }"""
 
 
-def _shot(page, name: str) -> Path:
+def _shot(page, name: str, *, selector: str | None = None) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"researcher-phone-{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    if selector:
+        page.locator(selector).screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path), full_page=True)
     return path
 
 
@@ -105,3 +108,26 @@ def test_tables_scroll_inside_their_box_not_the_page(phone, live_server, alice_s
     )
     assert scrollers, "a table has no box of its own to scroll in"
     _shot(page, name)
+
+
+def test_platform_settings_on_a_phone_with_a_refusal_beside_its_field(phone, live_server, dataset, alice):
+    from tests.factories import make_study
+
+    study = make_study(dataset, name="On Prolific", owner=alice, platform="prolific", reward_per_batch="0.10",
+                       batch_size=3, min_valid_per_session=2)  # fmt: skip
+    page = phone
+    page.goto(f"{live_server.url}/researcher/studies/{study.pk}/")
+    assert "not set" in page.inner_text("#platform-settings .setting-prolific_completion_code")
+    page.click("#platform-settings summary")
+    page.fill("input[name=prolific_completion_code]", "C1 A2!")
+    page.click("#platform-settings-form button[type=submit]")
+    error = page.locator("#platform-settings-form label.has-error small.error")
+    assert "'C1 A2!' is not a code Prolific issues" in error.inner_text()
+    assert page.evaluate("() => document.documentElement.scrollWidth <= innerWidth")
+    _shot(page, "platform-settings-refused", selector="#platform-settings")
+    page.fill("input[name=prolific_completion_code]", "C1A2B3C4")
+    page.click("#platform-settings-form button[type=submit]")
+    page.wait_for_selector("#platform-settings .setting-prolific_completion_code:has-text('C1A2B3C4')")
+    assert "cc=C1A2B3C4" in page.inner_text("#platform-settings")
+    assert page.evaluate("() => document.documentElement.scrollWidth <= innerWidth")
+    _shot(page, "platform-settings", selector="#platform-settings")
