@@ -453,6 +453,16 @@
     }
   }
 
+  $("copy-code").addEventListener("click", function () {
+    var element = $("completion-code");
+    function copied() { $("copy-code").textContent = gettext("Copied"); }
+    function byHand() {  // plain http has no navigator.clipboard: select the code, copy the old way
+      window.getSelection().selectAllChildren(element);
+      try { if (document.execCommand("copy")) { copied(); } } catch (error) { /* selected: copy by hand */ }
+    }
+    if (navigator.clipboard) { navigator.clipboard.writeText(element.textContent).then(copied, byHand); } else { byHand(); }
+  });
+
   var finishing = false;
   function finishSession() {
     if (finishing) { return; }
