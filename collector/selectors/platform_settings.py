@@ -23,6 +23,11 @@ def _days(config: dict, key: str, default: int) -> str:
     return f"{config.get(key, default)} days" + ("" if key in config else " (default)")
 
 
+def _batch_time(study: Study, config: dict) -> dict:
+    seconds = config.get("assignment_max_duration_s", study.session_timeout_s)
+    return _row("assignment_max_duration_s", "Time a worker has for a batch", f"{seconds} s")
+
+
 def _common(study: Study, config: dict) -> list[dict]:
     devices = config.get("devices")
     fee = config.get("fee_fraction", get_adapter(study.platform).fee_fraction)
@@ -120,11 +125,7 @@ def _toloka(study: Study, config: dict, campaign: PlatformCampaign | None) -> li
         _row("task_suites_per_pool", "Task suites per pool", config.get("task_suites_per_pool", 1)),
         _row("pool_days", "Pools open for", _days(config, "pool_days", 30)),
         _row("review_days", "Accepted by Toloka after", _days(config, "review_days", 7)),
-        _row(
-            "assignment_max_duration_s",
-            "Time a worker has for a batch",
-            f"{config.get('assignment_max_duration_s', study.session_timeout_s)} s",
-        ),
+        _batch_time(study, config),
     ]
     return rows
 
@@ -157,11 +158,7 @@ def _mturk(study: Study, config: dict, campaign: PlatformCampaign | None) -> lis
         _row("public_name", "HIT title", config.get("public_name", "Click on objects in images …")),
         _row("pool_days", "HITs open for", _days(config, "pool_days", 30)),
         _row("review_days", "Approved automatically after", _days(config, "review_days", 7)),
-        _row(
-            "assignment_max_duration_s",
-            "Time a worker has for a batch",
-            f"{config.get('assignment_max_duration_s', study.session_timeout_s)} s",
-        ),
+        _batch_time(study, config),
         _row(
             "frame_height_px",
             "Frame height",

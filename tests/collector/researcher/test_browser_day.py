@@ -18,6 +18,7 @@ from collector.models import Session, Study, Target
 from tests.annotation_ui.driver import PHONE, ClickPlan, open_player, play_trial, press_start, wait_finished
 from tests.annotation_ui.driver import wait_start_enabled as wait_start
 from tests.factories import make_dataset, make_researcher
+from tests.support.researcher_login import researcher_log_in
 
 pytestmark = [
     pytest.mark.browser,
@@ -62,11 +63,7 @@ def test_a_researchers_day_from_the_browser(chromium, live_server, celery_worker
     dataset = make_dataset(tmp_path, n_images=3, name="day-dataset")  # 160 × 120 photos, one ellipse each
     desk = chromium.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page = desk.new_page()
-    page.goto(f"{live_server.url}/researcher/")
-    page.fill("input[name=username]", "carol")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#study-list")
+    researcher_log_in(page, live_server.url, "carol")
 
     # 1. Create: a batch of 10 on 3 images is refused by the form, with the reason by the field.
     page.click("text=New study")
@@ -180,10 +177,7 @@ def test_live_progress_brings_the_charts_along(chromium, live_server, alice, ali
     make_validated_batch(alice_study, device="pc", reaction_ms=380.0)
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.goto(f"{live_server.url}/researcher/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
+    researcher_log_in(page, live_server.url, "alice")
     page.goto(f"{live_server.url}/researcher/studies/{alice_study.pk}/")
     page.locator("#charts").scroll_into_view_if_needed()  # the charts load lazily
     page.wait_for_function(f"sel => ({CHART_PIXELS})(sel) !== null", arg="img.chart-reaction-times")

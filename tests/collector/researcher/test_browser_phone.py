@@ -10,6 +10,7 @@ import pytest
 
 from tests.annotation_ui.driver import PHONE, canvas_rect, press_start, wait_phase, wait_start_enabled
 from tests.factories import make_validated_batch
+from tests.support.researcher_login import researcher_log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -47,11 +48,7 @@ def phone(chromium, live_server, alice):
     """A phone's browser logged in as alice."""
     context = chromium.new_context(**PHONE)
     page = context.new_page()
-    page.goto(f"{live_server.url}/researcher/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#study-list")
+    researcher_log_in(page, live_server.url, "alice")
     yield page
     context.close()
 
