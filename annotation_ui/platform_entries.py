@@ -37,6 +37,18 @@ logger = logging.getLogger(__name__)
 DEVICES = ("pc", "mobile")
 #: Seconds the exit page shows the completion code before it redirects (Prolific).
 REDIRECT_AFTER_S = 5
+# The exit page's redirect (static/player/ui.js does the same in the player): after the delay, an opaque
+# request to the platform's origin (no cookies, nothing read); the page moves on only if it answers.
+EXIT_SCRIPT = """<script>
+setTimeout(function () {
+  var url = document.getElementById("platform-return").href;
+  var controller = new AbortController();
+  setTimeout(function () { controller.abort(); }, 8000);
+  fetch(new URL(url).origin + "/", {mode: "no-cors", credentials: "omit", cache: "no-store", signal: controller.signal})
+    .then(function () { window.location.href = url; },
+          function () { document.getElementById("platform-unreachable").hidden = false; });
+}, %(delay_ms)d);
+</script>"""
 
 
 def _message(request, *, title: str, message: str, status: int, frameable: bool = False):
@@ -178,13 +190,15 @@ def platform_exit(request, token: str):
         )
     action = get_adapter(session.study.platform).finish_action(session=session)
     if action.kind == "redirect":
-        # The code first, then the redirect: if the redirect fails the participant still has the code.
+        # The code first, then the redirect, and only to a platform that answers (EXIT_SCRIPT): if it
+        # cannot be reached the participant stays here with the code instead of on a browser error page.
+        # Without JavaScript, a plain refresh.
         html = format_html(
             "<!doctype html><html lang='{}'><head><meta charset='utf-8'><title>{}</title>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            "<meta http-equiv='refresh' content='{};url={}'></head><body>"
+            "<noscript><meta http-equiv='refresh' content='{};url={}'></noscript></head><body>"
             "<main class='message'><h1>{}</h1><p>{} <strong id='completion-code'>{}"
-            "</strong></p><p>{}</p></main></body></html>",
+            "</strong></p><p>{}</p><p id='platform-unreachable' hidden><b>{}</b></p></main>{}</body></html>",
             get_language(),
             _("Thank you!"),
             REDIRECT_AFTER_S,
@@ -200,6 +214,11 @@ def platform_exit(request, token: str):
                 link_start=format_html("<a id='platform-return' href='{}'>", action.url),
                 link_end=mark_safe("</a>"),
             ),
+            _(
+                "The platform could not be reached, so you stay on this page. Copy the code above and enter "
+                "it on the platform, or use the link on this page once your connection works."
+            ),
+            mark_safe(EXIT_SCRIPT % {"delay_ms": REDIRECT_AFTER_S * 1000}),
         )
         return _html(html)
     if action.kind == "auto_post":

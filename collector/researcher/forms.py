@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django import forms
+from django.core.validators import RegexValidator
 
 from collector.models import Study
 from collector.selectors.segmenters import segmenter_options
@@ -46,6 +49,107 @@ CORRECTIVE_FORM_FIELDS = (
     "qualification_min_placement",
     "qualification_min_gain",
 )
+
+
+class PlatformSettingsForm(forms.Form):
+    """The crowd-platform settings a researcher sets from the study page (``Study.platform_config``); the
+    fields offered depend on the platform. Each refusal names the field and value and says what to do."""
+
+    CODE = RegexValidator(
+        r"^[A-Za-z0-9]{1,40}$",
+        "Completion code: %(value)r is not a code Prolific issues; copy the code (letters and digits only, "
+        "at most 40) from the study's completion settings on Prolific.",
+    )
+    PROLIFIC_ID = RegexValidator(
+        r"^[A-Za-z0-9]{1,64}$",
+        "Prolific study id: %(value)r is not a Prolific id; copy the id (letters and digits) from the study's "
+        "address on Prolific, or leave it empty to accept entries from any Prolific study.",
+    )
+
+    prolific_completion_code = forms.CharField(
+        label="Completion code",
+        required=False,
+        validators=[CODE],
+        help_text="The code configured on your Prolific study; finished participants are sent back with it.",
+    )
+    prolific_study_id = forms.CharField(
+        label="Prolific study id",
+        required=False,
+        validators=[PROLIFIC_ID],
+        help_text="Entries from other Prolific studies are turned away. Empty: any.",
+    )
+    languages = forms.CharField(
+        label="Worker languages",
+        required=False,
+        help_text="Two-letter codes separated by commas (e.g. EN, DE). Empty: any language.",
+    )
+    pool_days = forms.IntegerField(label="Open for (days)", required=False, min_value=1, max_value=365)
+    review_days = forms.IntegerField(
+        label="Accepted automatically after (days)", required=False, min_value=1, max_value=30
+    )
+    max_budget = forms.DecimalField(
+        label="Budget limit",
+        required=False,
+        min_value=0,
+        max_digits=10,
+        decimal_places=2,
+        help_text="A launch whose budget estimate exceeds it is refused. Empty: no limit.",
+    )
+    bonus_per_counted_session = forms.DecimalField(
+        label="Bonus per counted batch",
+        required=False,
+        min_value=0,
+        max_digits=8,
+        decimal_places=4,
+    )
+
+    FIELDS_BY_PLATFORM = {
+        "prolific": (
+            "prolific_completion_code",
+            "prolific_study_id",
+            "max_budget",
+            "bonus_per_counted_session",
+        ),
+        "toloka": ("languages", "pool_days", "review_days", "max_budget", "bonus_per_counted_session"),
+        "mturk": ("pool_days", "review_days", "max_budget", "bonus_per_counted_session"),
+    }
+
+    def __init__(self, *args, study, **kwargs):
+        config = study.platform_config or {}
+        initial = {name: config.get(name) for name in self.base_fields}
+        if isinstance(initial.get("languages"), list):
+            initial["languages"] = ", ".join(initial["languages"])
+        super().__init__(*args, initial=initial, **kwargs)
+        kept = self.FIELDS_BY_PLATFORM.get(study.platform, ())
+        for name in list(self.fields):
+            if name not in kept:
+                del self.fields[name]
+        if "pool_days" in self.fields:
+            self.fields[
+                "pool_days"
+            ].help_text = f"How long the {study.get_platform_display()} pools stay open. Empty: 30."
+        if "review_days" in self.fields:
+            self.fields["review_days"].help_text = "Submissions not reviewed by then are accepted. Empty: 7."
+        for name in ("max_budget", "bonus_per_counted_session"):
+            self.fields[name].label += f" ({study.currency})"
+
+    def clean_languages(self):
+        raw = self.cleaned_data.get("languages", "")
+        codes = [part.strip().upper() for part in raw.replace(";", ",").split(",") if part.strip()]
+        wrong = [code for code in codes if len(code) != 2 or not code.isascii() or not code.isalpha()]
+        if wrong:
+            raise forms.ValidationError(
+                f"Worker languages: {', '.join(repr(code) for code in wrong)} is not a two-letter language code; "
+                "write codes such as EN, DE, RU separated by commas, or leave it empty for any language."
+            )
+        return codes
+
+    def config_values(self) -> dict:
+        """The cleaned values as ``platform_config`` holds them (decimals as strings, empty as None)."""
+        values = {}
+        for name, value in self.cleaned_data.items():
+            values[name] = str(value) if isinstance(value, Decimal) else value
+        return values
 
 
 class StudyForm(forms.ModelForm):

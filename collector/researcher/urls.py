@@ -21,6 +21,11 @@ urlpatterns = [
         "preview/instances/<int:instance_id>/<str:mode>.png", views.instance_preview, name="instance_preview"
     ),
     path("studies/<int:study_id>/", views.study_detail, name="study_detail"),
+    path(
+        "studies/<int:study_id>/platform-settings/",
+        views.study_platform_settings,
+        name="study_platform_settings",
+    ),
     *[
         path(
             f"studies/<int:study_id>/{action}/",

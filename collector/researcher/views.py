@@ -27,6 +27,7 @@ from collector.selectors import budget as budget_selectors
 from collector.selectors import corrective as corrective_selectors
 from collector.selectors import links as link_selectors
 from collector.selectors import pictures, progress
+from collector.selectors import platform_settings as platform_settings_selectors
 from collector.selectors import segmenters as segmenter_selectors
 from collector.selectors import session_detail as session_selectors
 from collector.selectors import targets as target_selectors
@@ -39,10 +40,12 @@ from collector.services import studies as study_services
 from collector.services.validation import ValidationError as MaskMissing
 
 from .access import changeable_study_or_403, researcher_json, researcher_required
-from .forms import StudyForm
+from .forms import PlatformSettingsForm, StudyForm
 
 #: How often the study page and the study list ask for fresh numbers (see ``study_live``).
 LIVE_POLL_MS = 5000
+#: How often at most the study page redraws its charts (matplotlib PNGs, the costly part), when the numbers changed.
+LIVE_CHART_MS = 10000
 RECENT_SESSIONS = 15
 SESSIONS_PER_PAGE = 100
 
@@ -223,10 +226,20 @@ def _live_context(study: Study, *, can_change: bool) -> dict:
 @researcher_required
 def study_detail(request, study_id: int):
     study = study_visible_or_404(user=request.user, study_id=study_id)
+    return _study_page(request, study)
+
+
+def _study_page(
+    request, study: Study, *, platform_form: PlatformSettingsForm | None = None, status: int = 200
+):
     can_change = user_can_change_study(request.user, study)
     context = _live_context(study, can_change=can_change)
+    if platform_form is None and can_change and study.platform != Platform.LINK:
+        platform_form = PlatformSettingsForm(study=study)
     context.update(
         {
+            "platform_settings": platform_settings_selectors.study_platform_settings(study=study),
+            "platform_form": platform_form,
             "segmenter_label": segmenter_selectors.study_segmenter_label(study=study),
             "actions": _study_actions(study, context["campaign"]) if can_change else [],
             "chart_kinds": pictures.CHART_KINDS,
@@ -236,9 +249,27 @@ def study_detail(request, study_id: int):
             "links_loopback": link_selectors.public_base_is_loopback(),
             "public_base_url": settings.PUBLIC_BASE_URL,
             "poll_ms": LIVE_POLL_MS,
+            "chart_ms": LIVE_CHART_MS,
         }
     )
-    return render(request, "researcher/study_detail.html", context)
+    return render(request, "researcher/study_detail.html", context, status=status)
+
+
+@researcher_required
+@require_POST
+def study_platform_settings(request, study_id: int):
+    """Save the platform settings of the study page's form (owner only); a refused value is shown beside
+    its field, on the study page again (400)."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    if study.platform == Platform.LINK:
+        raise Http404(f"study {study.pk} uses standalone links: it has no platform settings")
+    form = PlatformSettingsForm(request.POST, study=study)
+    if not form.is_valid():
+        messages.error(request, "Platform settings not saved: see the message by the field.")
+        return _study_page(request, study, platform_form=form, status=400)
+    study_services.study_platform_config_update(study_id=study.pk, values=form.config_values())
+    messages.success(request, f"{study.get_platform_display()} settings saved.")
+    return redirect(reverse("researcher:study_detail", args=[study.pk]) + "#platform-settings")
 
 
 @researcher_required

@@ -412,8 +412,8 @@ def study_launch_summary(*, campaign: PlatformCampaign) -> str:
         code_step = (
             f"set its completion code to {code}"
             if code
-            else "create a completion code there and store it as prolific_completion_code in the study's "
-            "platform config (admin), or Prolific will not recognise the codes workers bring back"
+            else "create a completion code there and enter it under “Prolific settings” on the study page "
+            "(platform_config.prolific_completion_code), or Prolific will not recognise the codes workers bring back"
         )
         return (
             "Published here. Prolific studies are created in Prolific's own interface (not automated by "

@@ -47,6 +47,22 @@ def round_create_first(*, study: Study) -> Round:
     return round_1
 
 
+def study_platform_config_update(*, study_id: int, values: dict) -> Study:
+    """Set keys of the study's ``platform_config`` (the platform settings form); a value of None or ""
+    removes the key, so the platform's default applies again. Values are JSON-ready (checked by the form)."""
+    with transaction.atomic():
+        study = Study.objects.select_for_update().get(pk=study_id)
+        config = dict(study.platform_config or {})
+        for key, value in values.items():
+            if value is None or value == "" or value == []:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        study.platform_config = config
+        study.save(update_fields=["platform_config"])
+    return study
+
+
 def study_publish(*, study_id: int) -> Study:
     """draft → published (creating round 1 and enqueueing its stimuli), or paused → published."""
     with transaction.atomic():

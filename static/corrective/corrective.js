@@ -449,18 +449,42 @@
     };
   }
 
+  // The code is on screen first; a redirect follows only once the platform's origin answers an opaque
+  // request (no cookies, nothing read), as in the timed player (static/player/ui.js): a participant whose
+  // platform cannot be reached keeps the code instead of landing on a browser error page.
   function runFinishAction(action) {
     if (action.kind === "qualification") { runQualificationResult(action); return; }
     show("screen-done");
+    $("done-code").hidden = !action.code;
+    $("completion-code").textContent = action.code || "";
     if (action.kind === "redirect" && action.url) {
-      $("done-text").textContent = gettext("Returning you to the platform…");
-      window.location.href = action.url;
+      $("done-text").textContent = gettext(
+        "Copy your code now. You are taken back to the platform in a few seconds; if that does not work, enter the code there.");
+      $("done-link").href = action.url;
+      $("done-link").hidden = false;
+      setTimeout(function () {
+        var controller = new AbortController();
+        setTimeout(function () { controller.abort(); }, 8000);
+        fetch(new URL(action.url).origin + "/", { mode: "no-cors", credentials: "omit", cache: "no-store", signal: controller.signal })
+          .then(function () { window.location.href = action.url; }, function () {
+            $("done-text").textContent = gettext(
+              "The platform could not be reached, so you stay on this page. Copy the code above and enter it on the platform, or use the link on this page once your connection works.");
+          });
+      }, 2500);
     } else {
-      $("done-code").hidden = !action.code;
-      $("completion-code").textContent = action.code || "";
       $("done-text").textContent = action.code ? gettext("Enter this code where the task asks for it.") : "";
     }
   }
+
+  $("copy-code").addEventListener("click", function () {
+    var element = $("completion-code");
+    function copied() { $("copy-code").textContent = gettext("Copied"); }
+    function byHand() {  // plain http has no navigator.clipboard: select the code, copy the old way
+      window.getSelection().selectAllChildren(element);
+      try { if (document.execCommand("copy")) { copied(); } } catch { /* selected: copy by hand */ }
+    }
+    if (navigator.clipboard) { navigator.clipboard.writeText(element.textContent).then(copied, byHand); } else { byHand(); }
+  });
 
   var finishing = false;
   function finishSession() {

@@ -173,6 +173,7 @@ function showPhase(phase) {
     setVisible(pair.target, true);
     const trial = current.trial;
     $("rotate-hint").hidden = !rotateWouldHelp(window.innerWidth, window.innerHeight, trial.width, trial.height, coarse);
+    if (PREVIEW) { $("preview-verdict").hidden = true; }
   } else if (phase === "B") {
     setTargetOnTop(pair, true);
   } else if (phase === "C") {
@@ -328,10 +329,13 @@ function previewPointer(event) {
     context.fill();
     const where = interpolate(gettext("Preview: clicked at x=%(x)s, y=%(y)s"),
       { x: marker.x.toFixed(1), y: marker.y.toFixed(1) });
-    $("hint").textContent = `${where} — ${gettext("checking…")}`;
+    // The verdict is a sentence: it goes on the stage, where it wraps, not in the one-line bar above it.
+    const box = $("preview-verdict");
+    box.textContent = `${where} — ${gettext("checking…")}`;
+    box.hidden = false;
     const shown = current;
     previewCheck(trial, marker).then((verdict) => {
-      if (current === shown) { $("hint").textContent = `${where} — ${verdict} ${gettext("Tap to continue.")}`; }
+      if (current === shown) { box.textContent = `${where} — ${verdict} ${gettext("Tap to continue.")}`; }
       api.previewVerdicts = (api.previewVerdicts || []).concat([{ position: trial.position, verdict }]);
     });
   } else {
@@ -341,7 +345,15 @@ function previewPointer(event) {
   }
 }
 
+/** Before START: say it now if turning the phone would show the pictures larger, so the worker turns it
+ *  before the timed trials, not in the middle of one (the hint on the stage says it again per picture). */
+function showStartRotateHint() {
+  $("rotate-hint-start").hidden = !queue.some((trial) =>
+    rotateWouldHelp(window.innerWidth, window.innerHeight, trial.width, trial.height, coarse));
+}
+
 function onViewportChange() {
+  if (!playing) { showStartRotateHint(); }
   flag("viewport_changed");
   if (current && current.clock.phase) { prepare(current.pair, current.trial, current.pictures); }
 }
@@ -506,6 +518,7 @@ function boot() {
   queue = payload.trials.filter((trial) => !trial.done && !pending.includes(trial.position));
   if (outbox && pending.length) { outbox.pump(); }
   if (!queue.length) { finishBatch(); return; }
+  showStartRotateHint();
   queue.forEach((trial) => { assets[trial.position] = deferred(); });
   const onBytes = (fraction) => {
     $("progress-bar").style.width = `${Math.round(100 * fraction)}%`;
@@ -535,10 +548,15 @@ $("start-button").addEventListener("click", () => {
   startTrial();
 });
 $("copy-code").addEventListener("click", () => {
-  const code = $("completion-code").textContent;
-  if (navigator.clipboard) {
-    navigator.clipboard.writeText(code).then(() => { $("copy-code").textContent = gettext("Copied"); });
-  }
+  const element = $("completion-code");
+  const copied = () => { $("copy-code").textContent = gettext("Copied"); };
+  // Plain http on a LAN has no navigator.clipboard: then the code is selected and copied the old way, and
+  // stays selected for the participant's own copy.
+  const byHand = () => {
+    window.getSelection().selectAllChildren(element);
+    try { if (document.execCommand("copy")) { copied(); } } catch { /* selected: copy by hand */ }
+  };
+  if (navigator.clipboard) { navigator.clipboard.writeText(element.textContent).then(copied, byHand); } else { byHand(); }
 });
 window.addEventListener("online", () => { if (outbox) { outbox.pump(); } });
 

@@ -60,19 +60,47 @@ function showCode(code) {
   $("completion-code").textContent = code || "";
 }
 
-/** The platform's finish step. The completion code is on screen before any redirect or form post, so a
- *  participant whose redirect fails still has it. */
-export function runFinishAction(action, state, { redirectDelayMs = 2500 } = {}) {
+/** Whether the server of ``url`` answers at all: an opaque request to its origin (no cookies, nothing
+ *  read back), so no submission is touched. A refused connection, a DNS failure or no answer within
+ *  ``timeoutMs`` is false. */
+export async function platformReachable(url, timeoutMs) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  try {
+    await fetch(`${new URL(url).origin}/`, {
+      mode: "no-cors", credentials: "omit", cache: "no-store", signal: controller.signal,
+    });
+    return true;
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The platform's finish step. The completion code is on screen before any redirect or form post, and a
+ *  redirect happens only once the platform answers: a participant whose platform cannot be reached stays
+ *  on this page with the code and is told what to do, instead of landing on a browser error page. */
+export function runFinishAction(action, state, { redirectDelayMs = 2500, probeTimeoutMs = 8000 } = {}) {
   state.finished = true;
   state.finishAction = action;
   show("screen-done");
   showCode(action.code);
   if (action.kind === "redirect" && action.url) {
-    $("done-text").textContent = gettext("Returning you to the platform… If nothing happens, use the link below.");
+    $("done-text").textContent = gettext(
+      "Copy your code now. You are taken back to the platform in a few seconds; if that does not work, enter the code there.");
     const link = $("done-link");
     link.href = action.url;
     link.hidden = false;
-    setTimeout(() => { window.location.href = action.url; }, redirectDelayMs);
+    setTimeout(async () => {
+      if (await platformReachable(action.url, probeTimeoutMs)) {
+        window.location.href = action.url;
+        return;
+      }
+      state.redirectFailed = true;
+      $("done-text").textContent = gettext(
+        "The platform could not be reached, so you stay on this page. Copy the code above and enter it on the platform, or use the link on this page once your connection works.");
+    }, redirectDelayMs);
   } else if (action.kind === "auto_post" && action.url) {
     $("done-text").textContent = gettext("Submitting your work…");
     const form = document.createElement("form");

@@ -8,18 +8,23 @@
     var url = root.dataset.liveUrl;
     var every = Math.max(1000, parseInt(root.dataset.liveMs, 10) || 5000);
     var busy = false;
-    var chartsAt = Date.now();
 
-    // Charts are PNGs drawn by the server (matplotlib): redraw them when the numbers changed, at most
-    // every CHART_EVERY_MS, so an open page does not keep a web worker busy drawing.
-    var CHART_EVERY_MS = 30000;
+    // Charts are PNGs drawn by the server (matplotlib): redrawn after the numbers changed, at most every
+    // data-chart-ms, so an open page does not keep a web worker busy drawing. A change that comes sooner is
+    // remembered (chartsStale) and drawn by a later poll: the charts catch up with the numbers.
+    var chartEvery = Math.max(every, parseInt(root.dataset.chartMs, 10) || 10000);
+    var chartsAt = Date.now();
+    var chartsStale = false;
     function refreshCharts() {
-      if (Date.now() - chartsAt < CHART_EVERY_MS) { return; }
+      if (!chartsStale || Date.now() - chartsAt < chartEvery) { return; }
+      chartsStale = false;
       chartsAt = Date.now();
       document.querySelectorAll("img.chart").forEach(function (img) {
         img.src = img.src.split("?")[0] + "?at=" + chartsAt;
       });
     }
+
+    function words(element) { return element.textContent.replace(/\s+/g, " ").trim(); }
 
     function refresh() {
       if (busy || document.hidden) { return; }
@@ -32,12 +37,15 @@
           Object.keys(body.html || {}).forEach(function (id) {
             var element = document.getElementById(id);
             if (element && element.dataset.liveHtml !== body.html[id]) {
-              changed = changed || element.dataset.liveHtml !== undefined;
+              // The first answer is compared by its text with what the server rendered with the page.
+              var before = element.dataset.liveHtml === undefined ? words(element) : null;
               element.innerHTML = body.html[id];
+              changed = changed || before === null || before !== words(element);
               element.dataset.liveHtml = body.html[id];
             }
           });
-          if (changed) { refreshCharts(); }
+          if (changed) { chartsStale = true; }
+          refreshCharts();
           var badge = document.getElementById("study-state");
           if (badge && body.state && badge.textContent !== body.state) {
             badge.textContent = body.state;

@@ -6,6 +6,7 @@ player_server's localhost:<port>), which also receives the externalSubmit POST (
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from collector.models import Session
-from collector.services.tokens import session_token_read
+from collector.services.tokens import session_token_make, session_token_read
 from tests.factories import complete_session, make_dataset, make_study
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -107,8 +108,54 @@ def test_prolific_entry_and_redirect_exit(chromium, player_server, pages):
     complete_session(session)
     page.reload()
     page.wait_for_url("https://app.prolific.com/**", timeout=15000)
-    assert seen == ["https://app.prolific.com/submissions/complete?cc=C1A2B3C4"]
+    # first whether Prolific answers at all (its front page, no cookies), then the completion redirect
+    assert seen == ["https://app.prolific.com/", "https://app.prolific.com/submissions/complete?cc=C1A2B3C4"]
     assert "submission complete" in page.content()
+    context.close()
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released): connections to it are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_prolific_unreachable_keeps_the_code_on_screen(chromium, player_server, pages, settings):
+    """Prolific's completion URL cannot be reached: the participant is not sent to a browser error page
+    but stays with the code, which the page says to copy and enter on Prolific; the player and the
+    server's exit page alike."""
+    from tests.annotation_ui.driver import SCREENSHOT_DIR
+
+    dead = f"http://127.0.0.1:{_closed_port()}/submissions/complete"
+    settings.PROLIFIC_COMPLETE_URL = dead
+    study = _study(pages, "prolific", prolific_study_id="ps-1", prolific_completion_code="C1A2B3C4")
+    context = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=player_server.url)
+    page = context.new_page()
+    page.goto(
+        f"{player_server.url}/prolific/{study.pk}/mobile/?PROLIFIC_PID=pp-1&STUDY_ID=ps-1&SESSION_ID=sub-1"
+    )
+    player_url = page.url
+    session = _session_from_url(player_url)
+    complete_session(session)
+    page.reload()
+    page.wait_for_function("() => window.clicklabPlayer.redirectFailed === true", timeout=20000)
+    assert page.url == player_url  # still here, not on chrome-error://
+    assert page.is_visible("#completion-code") and page.inner_text("#completion-code") == "C1A2B3C4"
+    assert "could not be reached" in page.inner_text("#done-text")
+    assert page.get_attribute("#done-link", "href") == f"{dead}?cc=C1A2B3C4" and page.is_visible("#done-link")
+    page.click("#copy-code")
+    page.wait_for_function("() => document.getElementById('copy-code').textContent === 'Copied'")
+    assert page.evaluate("() => navigator.clipboard.readText()") == "C1A2B3C4"
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT_DIR / "player-prolific-unreachable.png"))
+
+    exit_page = f"{player_server.url}/platform-exit/{session_token_make(session_id=session.pk)}/"
+    page.goto(exit_page)
+    page.wait_for_selector("#platform-unreachable:not([hidden])", timeout=20000)
+    assert page.url == exit_page and page.inner_text("#completion-code") == "C1A2B3C4"
+    page.screenshot(path=str(SCREENSHOT_DIR / "platform-exit-prolific-unreachable.png"))
     context.close()
 
 

@@ -590,12 +590,12 @@ def test_preview_walks_through_phases_without_storing(chromium, player_server, t
             assert page.evaluate("() => window.clicklabPlayer.phase") == phase
             rect = canvas_rect(page)
             page.touchscreen.tap(rect["left"] + rect["width"] / 2, rect["top"] + rect["height"] / 2)
-        assert "clicked at" in page.inner_text("#hint")
+        assert "clicked at" in page.inner_text("#preview-verdict")
         # The researcher sees whether the click would count (the centre is on each test object).
         page.wait_for_function(
             f"() => (window.clicklabPlayer.previewVerdicts || []).length === {position + 1}"
         )
-        assert "Counts: inside the object." in page.inner_text("#hint")
+        assert "Counts: inside the object." in page.inner_text("#preview-verdict")
         rect = canvas_rect(page)
         page.touchscreen.tap(rect["left"] + 5, rect["top"] + 5)
     wait_finished(page)
@@ -665,3 +665,30 @@ def test_a_refused_click_is_not_retried_is_shown_and_reported(chromium, player_s
         ("click", 409, 1)
     ], problems
     assert Click.objects.filter(trial__session=session).count() == 1
+
+
+def test_rotate_hint_shows_before_start_for_landscape_pictures_on_a_portrait_phone(
+    chromium, player_server, tmp_path
+):
+    """Landscape pictures on a portrait phone: the instructions say to turn the phone before START (a turn
+    during a timed trial would spoil it); turned sideways, or with portrait pictures, they do not."""
+    from tests.annotation_ui.driver import SCREENSHOT_DIR
+
+    landscape = _study(tmp_path / "landscape", n_images=3, batch_size=3, size=(320, 240))
+    portrait = _study(tmp_path / "portrait", n_images=3, batch_size=3, size=(240, 320))
+    seen = {}
+    for name, study, layout in (("portrait phone", landscape, {}),
+                                ("turned phone", landscape, {"viewport": {"width": 844, "height": 390}}),
+                                ("portrait pictures", portrait, {})):  # fmt: skip
+        context = _context(chromium, "phone", **layout)
+        page = context.new_page()
+        open_player(page, entry_url(player_server.url, study))
+        wait_start_enabled(page)
+        seen[name] = page.is_visible("#rotate-hint-start")
+        if name == "portrait phone":
+            SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT_DIR / "player-rotate-hint-before-start.png"))
+            page.set_viewport_size({"width": 844, "height": 390})  # the worker turns the phone: the hint goes
+            page.wait_for_function("() => document.getElementById('rotate-hint-start').hidden")
+        context.close()
+    assert seen == {"portrait phone": True, "turned phone": False, "portrait pictures": False}

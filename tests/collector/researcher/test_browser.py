@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import make_validated_batch
+from tests.support.researcher_login import researcher_log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -33,12 +34,7 @@ def _images_loaded(page, selector: str) -> list[int]:
 def page(chromium, live_server, alice):
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.goto(f"{live_server.url}/researcher/")
-    assert "/researcher/login/" in page.url
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#study-list")
+    researcher_log_in(page, live_server.url, "alice")
     yield page
     context.close()
 

@@ -18,6 +18,7 @@ from collector.models import Session, Study, Target
 from tests.annotation_ui.driver import PHONE, ClickPlan, open_player, play_trial, press_start, wait_finished
 from tests.annotation_ui.driver import wait_start_enabled as wait_start
 from tests.factories import make_dataset, make_researcher
+from tests.support.researcher_login import researcher_log_in
 
 pytestmark = [
     pytest.mark.browser,
@@ -62,11 +63,7 @@ def test_a_researchers_day_from_the_browser(chromium, live_server, celery_worker
     dataset = make_dataset(tmp_path, n_images=3, name="day-dataset")  # 160 × 120 photos, one ellipse each
     desk = chromium.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page = desk.new_page()
-    page.goto(f"{live_server.url}/researcher/")
-    page.fill("input[name=username]", "carol")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#study-list")
+    researcher_log_in(page, live_server.url, "carol")
 
     # 1. Create: a batch of 10 on 3 images is refused by the form, with the reason by the field.
     page.click("text=New study")
@@ -155,3 +152,57 @@ def test_a_researchers_day_from_the_browser(chromium, live_server, celery_worker
     rows = archive.read(csv_name).decode().strip().splitlines()
     assert len(rows) == 1 + 3, rows  # header + the three valid clicks
     desk.close()
+
+
+# A fingerprint of what an <img> shows: its pixels drawn on a canvas, summed by channel (same-origin PNG).
+CHART_PIXELS = """selector => {
+  const img = document.querySelector(selector);
+  if (!img || !img.complete || !img.naturalWidth) { return null; }
+  const canvas = document.createElement('canvas');
+  canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+  const context = canvas.getContext('2d');
+  context.drawImage(img, 0, 0);
+  const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
+  let sum = 0;
+  for (let i = 0; i < data.length; i += 1) { sum = (sum + data[i] * (i % 7 + 1)) % 1000000007; }
+  return sum;
+}"""
+
+
+def test_live_progress_brings_the_charts_along(chromium, live_server, alice, alice_study):
+    """Batches done while the study page is open: the numbers refresh by themselves, and so do the charts
+    (they stayed as first drawn while the numbers moved on)."""
+    from tests.factories import make_validated_batch
+
+    make_validated_batch(alice_study, device="pc", reaction_ms=380.0)
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    researcher_log_in(page, live_server.url, "alice")
+    page.goto(f"{live_server.url}/researcher/studies/{alice_study.pk}/")
+    page.locator("#charts").scroll_into_view_if_needed()  # the charts load lazily
+    page.wait_for_function(f"sel => ({CHART_PIXELS})(sel) !== null", arg="img.chart-reaction-times")
+    before = {
+        kind: page.evaluate(CHART_PIXELS, f"img.chart-{kind}") for kind in ("reaction-times", "devices")
+    }
+    src_before = page.get_attribute("img.chart-reaction-times", "src")
+    page.wait_for_function("() => document.getElementById('live').dataset.liveHtml !== undefined")  # one poll
+
+    for _ in range(2):  # while the page is open: two batches on a phone, much faster clicks
+        make_validated_batch(alice_study, device="mobile", reaction_ms=90.0)
+    page.wait_for_function(
+        "document.querySelector('#quota-progress tr.device-mobile').innerText.includes('6 / 75')",
+        timeout=20_000,
+    )
+    page.wait_for_function(
+        f"([sel, old]) => {{ const now = ({CHART_PIXELS})(sel); return now !== null && now !== old; }}",
+        arg=["img.chart-reaction-times", before["reaction-times"]],
+        timeout=40_000,
+    )
+    assert page.get_attribute("img.chart-reaction-times", "src") != src_before
+    page.wait_for_function(
+        f"([sel, old]) => {{ const now = ({CHART_PIXELS})(sel); return now !== null && now !== old; }}",
+        arg=["img.chart-devices", before["devices"]],
+        timeout=10_000,
+    )
+    _shot(page, "charts-caught-up", selector="#charts")
+    context.close()
