@@ -117,8 +117,8 @@ class PlatformSettingsForm(forms.Form):
     def __init__(self, *args, study, **kwargs):
         config = study.platform_config or {}
         initial = {name: config.get(name) for name in self.base_fields}
-        if isinstance(initial.get("languages"), list):
-            initial["languages"] = ", ".join(initial["languages"])
+        if isinstance(languages := initial.get("languages"), list):
+            initial["languages"] = ", ".join(languages)
         super().__init__(*args, initial=initial, **kwargs)
         kept = self.FIELDS_BY_PLATFORM.get(study.platform, ())
         for name in list(self.fields):
