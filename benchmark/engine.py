@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_WATCH_SECONDS = 1.0
 HALF_BOUNDS: tuple[tuple[float, float], ...] = ((0.0, 0.5), (0.5, 1.0))
-RESULT_VERSION = 2  # 2: GrabCut seeded per prediction; timings moved out of the instance files
+RESULT_VERSION = 3  # 2: GrabCut seeded per prediction, timings out of the files; 3: exact distance transforms
 TIMING_FIELDS = ("base_seconds", "group_seconds", "encode_seconds", "map_seconds", "total_seconds")
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: equal results give equal bytes
 
