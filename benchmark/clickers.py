@@ -256,6 +256,13 @@ class _TrajectoryState:
             )
         self.image, self.gt, self.ignore = image, gt.astype(bool), ignore.astype(bool)
         self.not_clicked = np.ones(gt.shape, dtype=bool)
+        self._object = self.gt & ~self.ignore  # the valid object and background: error_regions' operands
+        self._background = ~self.gt & ~self.ignore
+
+    def errors(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``error_regions(gt=..., ignore=..., pred=pred)`` from the prepared valid object and background."""
+        pred = pred.astype(bool, copy=False)
+        return self._object & ~pred, self._background & pred
 
     def require(self, who: str) -> None:
         if self.gt is None:
@@ -290,7 +297,8 @@ class BaselineClicker:
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
         state = self._state
         state.require("BaselineClicker")
-        click = baseline_click(gt=state.gt, ignore=state.ignore, pred=pred, not_clicked=state.not_clicked)
+        is_positive, (x, y) = ritm_choice(*state.errors(pred), state.not_clicked)
+        click = Click(x=float(x), y=float(y), is_positive=is_positive)
         state.mark(click)
         return [click]
 
@@ -361,7 +369,7 @@ class GroupClicker:
         shared = self.shared_cache if first_round else None
         step = None if shared is None else shared.get("round1_step")
         if step is None:
-            fn, fp = error_regions(gt=state.gt, ignore=state.ignore, pred=pred)
+            fn, fp = state.errors(pred)
             is_positive, deepest = ritm_choice(fn, fp, state.not_clicked)
             step = (fn if is_positive else fp, is_positive, deepest)
             if shared is not None:  # round 1 (empty prediction, nothing clicked) is the same for every group
@@ -379,24 +387,29 @@ class GroupClicker:
         self, raw_map: np.ndarray, region: np.ndarray, not_clicked: np.ndarray, *, shared: bool
     ) -> tuple[int, int] | None:
         """Draw from A = map * region * not_clicked inside the group, computed on the region's box only."""
-        box = _box(region)
-        if box is None:
-            return None
-        y0, y1, x0, x1 = box
         height, width = region.shape
-        crop = np.asarray(raw_map[y0:y1, x0:x1], dtype=np.float64) * region[y0:y1, x0:x1]
-        crop *= not_clicked[y0:y1, x0:x1]
-        rows, cols = np.nonzero(crop > 0)
-        if rows.size == 0:
-            return None
-        values = crop[rows, cols]
-        positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
-        mass = None
-        if shared and self.shared_cache is not None:
-            # round 1 of every group of an instance draws from the same A: sort it once
-            mass = self.shared_cache.get("round1")
-            if mass is None:
-                mass = self.shared_cache["round1"] = _SortedMass(values)
+        cached = self.shared_cache.get("round1") if shared and self.shared_cache is not None else None
+        if cached is None:
+            box = _box(region)
+            if box is None:
+                return None
+            y0, y1, x0, x1 = box
+            # A > 0 exactly where map > 0 on the unclicked region; its values are the map's, as float64
+            crop_map = raw_map[y0:y1, x0:x1]
+            keep = (crop_map > 0) & region[y0:y1, x0:x1] & not_clicked[y0:y1, x0:x1]
+            flat = np.flatnonzero(keep)  # row-major order of the box
+            if flat.size == 0:
+                return None
+            values = np.asarray(crop_map[keep], dtype=np.float64)
+            rows, cols = np.divmod(flat, x1 - x0)
+            positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
+            mass = None
+            if shared and self.shared_cache is not None:
+                # round 1 of every group of an instance draws from the same A: select and sort it once
+                mass = _SortedMass(values)
+                self.shared_cache["round1"] = (positions, values, mass)
+        else:
+            positions, values, mass = cached
         flat = sample_sparse(positions, values, height * width, low=self.low, high=self.high,
                              rng=self.rng, sorted_mass=mass)  # fmt: skip
         if flat is None:

@@ -128,7 +128,6 @@ def box_distance(mask: np.ndarray, *, border: bool, box: Box | None = None) -> t
                 "outside it to measure from; use border=True or handle a full mask before calling."
             )
         dist = exact_distance(ring)[y0 - ry0 : y1 - ry0, x0 - rx0 : x1 - rx0]
-    dist = np.ascontiguousarray(dist)
     dist.flags.writeable = False
     _CACHE.entries.insert(0, (key, dist))
     del _CACHE.entries[CACHE_SIZE:]
