@@ -249,6 +249,9 @@ def run(args: argparse.Namespace) -> int:
     summary["config"] = json.loads(config.fingerprint())
     summary["dataset_path"] = str(Path(dataset.root).resolve())
     summary["dataset_hash"] = content_hash
+    # which weights made the masks (segmenters.provenance): one model per run folder
+    summary["model_ids"] = sorted({r.model_id for r in results})
+    summary["checkpoint_sha256"] = sorted({r.checkpoint_sha256 for r in results})
     stored, timing = report.split_timing(summary)  # wall times apart: summary.json is reproducible
     (run_dir / "summary.json").write_text(json.dumps(stored, indent=1), encoding="utf-8")
     (run_dir / "timing.json").write_text(json.dumps(timing, indent=1), encoding="utf-8")

@@ -23,6 +23,7 @@ from typing import Protocol
 import cv2
 import numpy as np
 
+from benchmark.distance import box_distance, distance_upper_bound, full_distance, mask_box
 from segmenters.base import Click
 
 MapFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -45,41 +46,60 @@ def error_regions(*, gt: np.ndarray, ignore: np.ndarray, pred: np.ndarray) -> tu
 def padded_distance(mask: np.ndarray) -> np.ndarray:
     """Exact L2 distance (px) of each ``mask`` pixel to the nearest non-mask pixel, float32 (H, W).
 
-    A 1-px zero border is added first, so the image edge counts as a boundary (as in RITM).
+    The image edge counts as a boundary (RITM's 1-px zero padding). Correctly rounded, computed on
+    the mask's box and cached (:mod:`benchmark.distance`); RITM calls OpenCV's ``DIST_MASK_PRECISE``,
+    whose values differ from these by an ulp on about 1.5e-4 of the pixels (benchmark/README.md).
     """
-    padded = np.pad(mask.astype(np.uint8), 1)
-    dist = cv2.distanceTransform(padded, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    return dist[1:-1, 1:-1]
+    return full_distance(mask.astype(bool, copy=False), border=True)
 
 
-def _box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
-    """(y0, y1, x0, x1), exclusive ends: the bounding box of ``mask``; None when it is empty."""
-    rows = np.flatnonzero(mask.any(axis=1))
-    if rows.size == 0:
-        return None
-    cols = np.flatnonzero(mask.any(axis=0))
-    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+_box = mask_box
 
 
 def deepest_point(mask: np.ndarray, not_clicked: np.ndarray) -> tuple[float, tuple[int, int]]:
     """(max, first argmax (x, y) in row-major order) of ``padded_distance(mask) * not_clicked``.
 
-    The distance transform runs on the whole image: OpenCV's exact transform rounds differently
-    (by an ulp) when the image is cropped or shifted, which can move the argmax among tied pixels,
-    and RITM's clicks must not change. Only the product and the argmax use the mask's bounding box
-    (zero outside it). With no positive value the full array's argmax is (0, 0), returned as such.
+    Computed on the mask's bounding box only (zero outside it, and the exact transform has the same
+    values there as on the full image). With no positive value the full array's argmax is (0, 0),
+    returned as such.
     """
-    box = _box(mask)
-    if box is None:
+    return _deepest_in_box(mask, mask_box(mask), not_clicked)
+
+
+def _deepest_in_box(mask: np.ndarray, box, not_clicked: np.ndarray) -> tuple[float, tuple[int, int]]:
+    found = box_distance(mask, border=True, box=box)
+    if found is None:
         return 0.0, (0, 0)
-    y0, y1, x0, x1 = box
-    dist = padded_distance(mask)[y0:y1, x0:x1] * not_clicked[y0:y1, x0:x1]
+    dist, (y0, y1, x0, x1) = found
+    dist = dist * not_clicked[y0:y1, x0:x1]
     flat = int(np.argmax(dist))
     best = float(dist.flat[flat])
     if not best > 0:
         return best, (0, 0)
     y, x = divmod(flat, x1 - x0)
     return best, (x0 + x, y0 + y)
+
+
+def ritm_choice(fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray) -> tuple[bool, tuple[int, int]]:
+    """(is_positive, (x, y)): RITM's sign (max DT(fn) > max DT(fp), strict) and that region's deepest point.
+
+    The same as two :func:`deepest_point` calls, but the losing region's transform is skipped when
+    its :func:`~benchmark.distance.distance_upper_bound` already decides the comparison.
+    """
+    box_fn, box_fp = mask_box(fn), mask_box(fp)
+    bound_fn, bound_fp = distance_upper_bound(fn, box_fn), distance_upper_bound(fp, box_fp)
+    if bound_fn >= bound_fp:
+        max_fn, at_fn = _deepest_in_box(fn, box_fn, not_clicked)
+        if max_fn > bound_fp:
+            return True, at_fn
+        max_fp, at_fp = _deepest_in_box(fp, box_fp, not_clicked)
+    else:
+        max_fp, at_fp = _deepest_in_box(fp, box_fp, not_clicked)
+        if max_fp >= bound_fn:
+            return False, at_fp
+        max_fn, at_fn = _deepest_in_box(fn, box_fn, not_clicked)
+    is_positive = bool(max_fn > max_fp)
+    return is_positive, (at_fn if is_positive else at_fp)
 
 
 def _first_argmax_xy(values: np.ndarray) -> tuple[int, int]:
@@ -96,10 +116,7 @@ def baseline_click(*, gt: np.ndarray, ignore: np.ndarray, pred: np.ndarray, not_
     gives a negative click, at (0, 0) if nothing is left, as RITM does).
     """
     fn, fp = error_regions(gt=gt, ignore=ignore, pred=pred)
-    max_fn, at_fn = deepest_point(fn, not_clicked)
-    max_fp, at_fp = deepest_point(fp, not_clicked)
-    is_positive = bool(max_fn > max_fp)
-    x, y = at_fn if is_positive else at_fp
+    is_positive, (x, y) = ritm_choice(fn, fp, not_clicked)
     return Click(x=float(x), y=float(y), is_positive=is_positive)
 
 
@@ -239,6 +256,13 @@ class _TrajectoryState:
             )
         self.image, self.gt, self.ignore = image, gt.astype(bool), ignore.astype(bool)
         self.not_clicked = np.ones(gt.shape, dtype=bool)
+        self._object = self.gt & ~self.ignore  # the valid object and background: error_regions' operands
+        self._background = ~self.gt & ~self.ignore
+
+    def errors(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``error_regions(gt=..., ignore=..., pred=pred)`` from the prepared valid object and background."""
+        pred = pred.astype(bool, copy=False)
+        return self._object & ~pred, self._background & pred
 
     def require(self, who: str) -> None:
         if self.gt is None:
@@ -273,7 +297,8 @@ class BaselineClicker:
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
         state = self._state
         state.require("BaselineClicker")
-        click = baseline_click(gt=state.gt, ignore=state.ignore, pred=pred, not_clicked=state.not_clicked)
+        is_positive, (x, y) = ritm_choice(*state.errors(pred), state.not_clicked)
+        click = Click(x=float(x), y=float(y), is_positive=is_positive)
         state.mark(click)
         return [click]
 
@@ -292,8 +317,9 @@ class GroupClicker:
       rng: the trajectory's random stream.
       first_round_map: optional precomputed ``map_fn(image, gt, gt & ~ignore)`` reused in round 1
         (identical for every group of an instance, so the engine computes it once).
-      shared_cache: optional dict shared by the clickers of one instance that share
-        ``first_round_map``: the sorted round-1 weights are kept there (identical for every group).
+      shared_cache: optional dict shared by the clickers of one instance (same GT, ignore band and
+        ``first_round_map``): round 1's error regions, deepest points and sorted weights are kept
+        there (identical for every group), so they are computed once per instance.
     """
 
     def __init__(
@@ -339,16 +365,20 @@ class GroupClicker:
         state = self._state
         state.require("GroupClicker")
         self._round += 1
-        fn, fp = error_regions(gt=state.gt, ignore=state.ignore, pred=pred)
-        max_fn, at_fn = deepest_point(fn, state.not_clicked)
-        max_fp, at_fp = deepest_point(fp, state.not_clicked)
-        is_positive = bool(max_fn > max_fp)
-        region = fn if is_positive else fp
         first_round = self._round == 1 and self.first_round_map is not None and not pred.any()
+        shared = self.shared_cache if first_round else None
+        step = None if shared is None else shared.get("round1_step")
+        if step is None:
+            fn, fp = state.errors(pred)
+            is_positive, deepest = ritm_choice(fn, fp, state.not_clicked)
+            step = (fn if is_positive else fp, is_positive, deepest)
+            if shared is not None:  # round 1 (empty prediction, nothing clicked) is the same for every group
+                shared["round1_step"] = step
+        region, is_positive, deepest = step
         raw_map = self.first_round_map if first_round else self.map_fn(state.image, state.gt, region)
         picked = self._sample(raw_map, region, state.not_clicked, shared=first_round)
         if picked is None:
-            picked = at_fn if is_positive else at_fp
+            picked = deepest
         click = Click(x=float(picked[0]), y=float(picked[1]), is_positive=is_positive)
         state.mark(click)
         return [click]
@@ -357,24 +387,29 @@ class GroupClicker:
         self, raw_map: np.ndarray, region: np.ndarray, not_clicked: np.ndarray, *, shared: bool
     ) -> tuple[int, int] | None:
         """Draw from A = map * region * not_clicked inside the group, computed on the region's box only."""
-        box = _box(region)
-        if box is None:
-            return None
-        y0, y1, x0, x1 = box
         height, width = region.shape
-        crop = np.asarray(raw_map[y0:y1, x0:x1], dtype=np.float64) * region[y0:y1, x0:x1]
-        crop *= not_clicked[y0:y1, x0:x1]
-        rows, cols = np.nonzero(crop > 0)
-        if rows.size == 0:
-            return None
-        values = crop[rows, cols]
-        positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
-        mass = None
-        if shared and self.shared_cache is not None:
-            # round 1 of every group of an instance draws from the same A: sort it once
-            mass = self.shared_cache.get("round1")
-            if mass is None:
-                mass = self.shared_cache["round1"] = _SortedMass(values)
+        cached = self.shared_cache.get("round1") if shared and self.shared_cache is not None else None
+        if cached is None:
+            box = _box(region)
+            if box is None:
+                return None
+            y0, y1, x0, x1 = box
+            # A > 0 exactly where map > 0 on the unclicked region; its values are the map's, as float64
+            crop_map = raw_map[y0:y1, x0:x1]
+            keep = (crop_map > 0) & region[y0:y1, x0:x1] & not_clicked[y0:y1, x0:x1]
+            flat = np.flatnonzero(keep)  # row-major order of the box
+            if flat.size == 0:
+                return None
+            values = np.asarray(crop_map[keep], dtype=np.float64)
+            rows, cols = np.divmod(flat, x1 - x0)
+            positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
+            mass = None
+            if shared and self.shared_cache is not None:
+                # round 1 of every group of an instance draws from the same A: select and sort it once
+                mass = _SortedMass(values)
+                self.shared_cache["round1"] = (positions, values, mass)
+        else:
+            positions, values, mass = cached
         flat = sample_sparse(positions, values, height * width, low=self.low, high=self.high,
                              rng=self.rng, sorted_mass=mass)  # fmt: skip
         if flat is None:

@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_WATCH_SECONDS = 1.0
 HALF_BOUNDS: tuple[tuple[float, float], ...] = ((0.0, 0.5), (0.5, 1.0))
-RESULT_VERSION = 2  # 2: GrabCut seeded per prediction; timings moved out of the instance files
+RESULT_VERSION = 3  # 2: GrabCut seeded per prediction, timings out of the files; 3: exact distance transforms
 TIMING_FIELDS = ("base_seconds", "group_seconds", "encode_seconds", "map_seconds", "total_seconds")
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: equal results give equal bytes
 
@@ -124,6 +124,7 @@ class InstanceResult:
     method: str
     model_id: str
     config_json: str
+    checkpoint_sha256: str = ""  # the predictor's Predictor.checkpoint_hash ("" for weight-free ones)
     base_iou: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (C,)
     base_clicks: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # (C, 3)
     base_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (C,)
@@ -180,6 +181,7 @@ class InstanceResult:
         )
         for name in ("method", "model_id", "config_json"):
             values[name] = str(values[name])
+        values["checkpoint_sha256"] = str(values.get("checkpoint_sha256", ""))
         timing_path = timing_file(path)
         if timing_path.is_file():
             try:
@@ -353,9 +355,13 @@ def evaluate_instance(  # noqa: C901
             except Exception as error:  # a corrupt file from a crash of another tool: recompute
                 logger.warning("Recomputing %s: unreadable result file (%s)", path, error)
             else:
-                if existing.config_json == config.fingerprint() and existing.model_id == predictor.model_id:
+                if (existing.config_json, existing.model_id, existing.checkpoint_sha256) == (
+                    config.fingerprint(),
+                    predictor.model_id,
+                    predictor.checkpoint_hash,
+                ):
                     return existing
-                logger.warning("Recomputing %s: it was made with another config or model", path)
+                logger.warning("Recomputing %s: it was made with another config, model or checkpoint", path)
     started = time.perf_counter()
     image = sample.load_image()
     gt, ignore = sample.load_masks()
@@ -367,7 +373,11 @@ def evaluate_instance(  # noqa: C901
     else:
         embedding, encode_seconds = _cached_embedding(predictor, image)
     result = InstanceResult(
-        key=sample.key, method=method, model_id=predictor.model_id, config_json=config.fingerprint()
+        key=sample.key,
+        method=method,
+        model_id=predictor.model_id,
+        config_json=config.fingerprint(),
+        checkpoint_sha256=predictor.checkpoint_hash,
     )
     result.encode_seconds = encode_seconds
     common = dict(

@@ -85,6 +85,38 @@ def test_resume_loads_saved_instances_and_recomputes_on_config_change(tiny_datas
     assert loaded.key == SampleKey("GrabCut", "right", "")
 
 
+def test_instance_files_record_the_checkpoint_and_another_checkpoint_is_recomputed(
+    tiny_dataset, predictor_factory, tmp_path
+):
+    """#15.6: the masks' weights are part of a result's identity (same model id, other weights: recompute)."""
+
+    class Weighted(predictor_factory):
+        def __init__(self, digest):
+            super().__init__()
+            self.digest = digest
+
+        @property
+        def checkpoint_hash(self):
+            return self.digest
+
+    sample = tiny_dataset.samples[0]
+    first = Weighted("a" * 64)
+    result = evaluate_instance(predictor=first, sample=sample, config=_config(), method="disk",
+                               map_fn=CountingUniformMap(), out_dir=tmp_path)  # fmt: skip
+    assert result.checkpoint_sha256 == "a" * 64
+    (loaded,) = load_results(tmp_path)
+    assert (loaded.model_id, loaded.checkpoint_sha256) == (first.model_id, "a" * 64)
+    same = Weighted("a" * 64)
+    evaluate_instance(predictor=same, sample=sample, config=_config(), method="disk",
+                      map_fn=CountingUniformMap(), out_dir=tmp_path)  # fmt: skip
+    assert same.predict_calls == 0  # resumed from the file
+    other = Weighted("b" * 64)
+    evaluate_instance(predictor=other, sample=sample, config=_config(), method="disk",
+                      map_fn=CountingUniformMap(), out_dir=tmp_path)  # fmt: skip
+    assert other.predict_calls > 0
+    assert load_results(tmp_path)[0].checkpoint_sha256 == "b" * 64
+
+
 def test_instance_file_names_are_distinct_for_tricky_keys():
     keys = [
         SampleKey("TETRIS", "a--b", ""),

@@ -1,13 +1,26 @@
-"""#15.6: the cheaper per-click paths give the very same numbers as the plain full-image ones."""
+"""#15.6: the cheaper per-click paths give the very same numbers as the plain full-image ones.
+
+The distance transforms are compared with SciPy's exact full-frame ``distance_transform_edt``.
+"""
 
 from __future__ import annotations
 
 import cv2
 import numpy as np
 import pytest
+from scipy import ndimage
 
-from benchmark import clickers
-from benchmark.clickers import deepest_point, group_band, padded_distance, sample_group_pixel
+from benchmark import distance
+from benchmark.clickability.click_model import load_click_model
+from benchmark.clickers import (
+    GroupClicker,
+    deepest_point,
+    error_regions,
+    group_band,
+    padded_distance,
+    ritm_choice,
+    sample_group_pixel,
+)
 from benchmark.metrics import InstanceIoU, iou
 
 
@@ -56,15 +69,162 @@ def test_sparse_group_sampling_draws_exactly_what_the_full_image_choice_draws():
     assert draws == 900
 
 
-def test_deepest_point_on_the_box_is_the_full_image_argmax(monkeypatch):
+def _scipy_padded(mask):
+    """The plain full-frame exact transform with RITM's 1-px zero border (SciPy, float64 -> float32)."""
+    return ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1].astype(np.float32)
+
+
+def _masks(rng, count, *, max_side=90):
+    """Random blob masks; some fill a border row/column or the whole image but one pixel."""
+    for trial in range(count):
+        height, width = (int(v) for v in rng.integers(2, max_side, 2))
+        mask = _blobs(rng, height, width)
+        if trial % 4 == 1:
+            mask[:, -1] = True  # touches the right edge
+        elif trial % 4 == 2:
+            mask[0, :] |= rng.random(width) > 0.3  # the top edge
+        elif trial % 8 == 3:
+            mask[:] = True
+            mask[int(rng.integers(height)), int(rng.integers(width))] = False
+        yield mask
+
+
+def test_padded_distance_is_scipys_exact_full_frame_transform():
+    """OpenCV's DIST_MASK_PRECISE (the former padded_distance) is an ulp off on some of these masks."""
+    rng = np.random.default_rng(11)
+    for mask in _masks(rng, 200, max_side=300):
+        assert np.array_equal(padded_distance(mask), _scipy_padded(mask))
+
+
+def test_box_distance_equals_the_full_frame_transform_in_the_box_for_both_border_rules():
+    rng = np.random.default_rng(12)
+    masks = list(_masks(rng, 200))
+    big = np.zeros((700, 820), bool)  # squared diagonal > 2**20: the SciPy path
+    big[1:699, 3:800] = rng.random((698, 797)) > 0.001
+    masks.append(big)
+    for mask in masks:
+        distance.clear_cache()
+        box = distance.mask_box(mask)
+        found = distance.box_distance(mask, border=True)
+        if box is None:
+            assert found is None
+            continue
+        y0, y1, x0, x1 = box
+        dist, got_box = found
+        assert got_box == box and not dist.flags.writeable
+        assert np.array_equal(dist, _scipy_padded(mask)[y0:y1, x0:x1])
+        if not mask.all():
+            unpadded, _ = distance.box_distance(mask, border=False)
+            expected = ndimage.distance_transform_edt(mask).astype(np.float32)[y0:y1, x0:x1]
+            assert np.array_equal(unpadded, expected)
+    with pytest.raises(ValueError, match=r"covers the whole 3x4 image"):
+        distance.box_distance(np.ones((3, 4), bool), border=False)
+
+
+def test_distance_upper_bound_holds():
+    rng = np.random.default_rng(13)
+    for mask in _masks(rng, 300):
+        assert _scipy_padded(mask).max(initial=0.0) <= distance.distance_upper_bound(
+            mask, distance.mask_box(mask)
+        )
+
+
+def test_transform_cache_returns_the_same_array_and_sees_any_change():
+    distance.clear_cache()
+    mask = np.zeros((40, 50), bool)
+    mask[5:20, 8:30] = True
+    first, box = distance.box_distance(mask, border=True)
+    again, _ = distance.box_distance(mask.copy(), border=True)  # equal content, another array
+    assert again is first and distance.cache_stats() == (1, 1)
+    # inside the image both border rules are one transform
+    assert distance.box_distance(mask, border=False)[0] is first
+    mask[10, 10] = False  # changed in place: a new transform
+    changed, same_box = distance.box_distance(mask, border=True)
+    assert same_box == box and changed is not first and not np.array_equal(changed, first)
+    assert np.array_equal(changed, _scipy_padded(mask)[5:20, 8:30])
+    mask[10, 10] = True
+    assert distance.box_distance(mask, border=True)[0] is first  # still among the last 4
+    edge = np.zeros((40, 50), bool)
+    edge[0:10, 0:10] = True  # on the edge the rules differ: two entries
+    assert not np.array_equal(
+        distance.box_distance(edge, border=True)[0], distance.box_distance(edge, border=False)[0]
+    )
+    for shift in range(4):  # four newer transforms push the first one out
+        other = np.zeros((40, 50), bool)
+        other[2 + shift : 30, 3:40] = True
+        distance.box_distance(other, border=True)
+    hits, misses = distance.cache_stats()
+    assert distance.box_distance(mask, border=True)[0] is not first
+    assert distance.cache_stats() == (hits, misses + 1)
+    with pytest.raises(ValueError, match="read-only"):
+        first[0, 0] = 1.0
+
+
+def test_ritm_choice_with_skipped_transforms_is_the_two_transform_rule():
+    rng = np.random.default_rng(14)
+    for trial in range(300):
+        height, width = (int(v) for v in rng.integers(2, 70, 2))
+        gt = _blobs(rng, height, width)
+        pred = _blobs(rng, height, width) if trial % 5 else np.zeros((height, width), bool)
+        ignore = rng.random((height, width)) > 0.95
+        not_clicked = rng.random((height, width)) > 0.02
+        fn, fp = error_regions(gt=gt, ignore=ignore, pred=pred)
+        max_fn, at_fn = deepest_point(fn, not_clicked)
+        max_fp, at_fp = deepest_point(fp, not_clicked)
+        positive = bool(max_fn > max_fp)
+        assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
+
+
+def test_dt_click_model_is_the_normalised_exact_transform():
+    model = load_click_model("dt")
+    rng = np.random.default_rng(15)
+    for mask in _masks(rng, 150):
+        image = np.zeros(mask.shape + (3,), np.uint8)
+        got = model(image, mask, mask)
+        assert got.dtype == np.float32
+        if mask.all():
+            continue
+        exact = ndimage.distance_transform_edt(mask).astype(np.float32)
+        expected = exact / exact.max() if mask.any() else exact
+        assert np.array_equal(got, expected)
+
+
+def test_group_clickers_sharing_round_one_click_as_clickers_that_do_not():
+    rng = np.random.default_rng(16)
+    model = load_click_model("dt")
+    for _ in range(20):
+        height, width = (int(v) for v in rng.integers(10, 60, 2))
+        gt = _blobs(rng, height, width)
+        ignore = rng.random((height, width)) > 0.97
+        image = np.zeros((height, width, 3), np.uint8)
+        first_map = model(image, gt, gt & ~ignore)
+        shared: dict = {}
+        for low, high in ((0.0, 0.1), (0.5, 0.6), (0.9, 1.0), (0.0, 1.0)):
+            seed = int(rng.integers(1 << 30))
+            clicks = []
+            for cache in (shared, None):
+                clicker = GroupClicker(map_fn=model, low=low, high=high, rng=np.random.default_rng(seed),
+                                       first_round_map=first_map, shared_cache=cache)  # fmt: skip
+                clicker.start(image=image, gt=gt, ignore=ignore)
+                pred = np.zeros((height, width), bool)
+                trajectory = []
+                for _ in range(3):
+                    (click,) = clicker.next_clicks(pred)
+                    trajectory.append(click)
+                    pred = pred.copy()
+                    pred[int(click.y), int(click.x)] ^= True
+                clicks.append(trajectory)
+            assert clicks[0] == clicks[1]
+        assert "round1_step" in shared
+
+
+def test_deepest_point_on_the_box_is_the_full_image_argmax():
     rng = np.random.default_rng(4)
     for _ in range(100):
         height, width = (int(v) for v in rng.integers(4, 90, 2))
         mask = _blobs(rng, height, width) if rng.random() > 0.1 else np.zeros((height, width), bool)
         not_clicked = rng.random((height, width)) > 0.03
-        full = padded_distance(mask)  # one transform for both (OpenCV's may differ by an ulp between calls)
-        monkeypatch.setattr(clickers, "padded_distance", lambda _mask, full=full: full)
-        values = full * not_clicked
+        values = _scipy_padded(mask) * not_clicked
         flat = int(np.argmax(values))
         expected = (float(values.max()), (flat % width, flat // width))
         assert deepest_point(mask, not_clicked) == expected
