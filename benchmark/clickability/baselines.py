@@ -54,7 +54,9 @@ class DistanceTransformClickModel(ClickModel):
             # no background pixel to measure from: OpenCV would return huge values; treat as uniform
             return np.ones(error_mask.shape, dtype=np.float32)
         out = np.zeros(error_mask.shape, dtype=np.float32)
-        distance, (y0, y1, x0, x1) = box_distance(error_mask.astype(bool, copy=False), border=False)
+        found = box_distance(error_mask.astype(bool, copy=False), border=False)
+        assert found is not None  # error_mask.any() above
+        distance, (y0, y1, x0, x1) = found
         np.divide(distance, distance.max(), out=out[y0:y1, x0:x1])  # float32 / float32, zero off E
         return out
 
