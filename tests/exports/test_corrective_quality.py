@@ -46,8 +46,11 @@ def test_mr_ranks_every_finished_instance_and_reports_its_heldout_spearman(simul
         1.0
     )
     truth = [ranking.true_iou[i] for i in ranking.heldout]
-    if np.ptp(truth) > 0:
-        expected = spearmanr([ranking.predicted[i] for i in ranking.heldout], truth).statistic
+    guessed = [ranking.predicted[i] for i in ranking.heldout]
+    expected = spearmanr(guessed, truth).statistic if np.ptp(truth) > 0 else float("nan")
+    if np.isnan(expected):  # constant truth or constant predictions (seen in CI): no rank correlation
+        assert ranking.spearman is None
+    else:
         assert ranking.spearman == pytest.approx(expected)
 
     best = top_items(ranking, top_percent=25)
