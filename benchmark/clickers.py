@@ -18,12 +18,12 @@ Clickers:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import cv2
 import numpy as np
 
-from benchmark.distance import box_distance, distance_upper_bound, full_distance, mask_box
+from benchmark.distance import Box, box_distance, distance_upper_bound, full_distance, mask_box
 from segmenters.base import Click
 
 MapFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -66,7 +66,9 @@ def deepest_point(mask: np.ndarray, not_clicked: np.ndarray) -> tuple[float, tup
     return _deepest_in_box(mask, mask_box(mask), not_clicked)
 
 
-def _deepest_in_box(mask: np.ndarray, box, not_clicked: np.ndarray) -> tuple[float, tuple[int, int]]:
+def _deepest_in_box(
+    mask: np.ndarray, box: Box | None, not_clicked: np.ndarray
+) -> tuple[float, tuple[int, int]]:
     found = box_distance(mask, border=True, box=box)
     if found is None:
         return 0.0, (0, 0)
@@ -168,6 +170,13 @@ class _SortedMass:
         self.cumulative = np.cumsum(self.ordered)
 
 
+class Round1Cache(TypedDict, total=False):
+    """``GroupClicker(shared_cache=...)``: round 1 of one instance, the same for every group (a plain dict)."""
+
+    round1_step: tuple[np.ndarray, bool, tuple[int, int]]  # (error region, is_positive, its deepest point)
+    round1: tuple[np.ndarray, np.ndarray, _SortedMass]  # A's flat positions, its values, their sorted mass
+
+
 _SUM_BUFFERS: dict[int, np.ndarray] = {}
 
 
@@ -240,22 +249,12 @@ class Clicker(Protocol):
     def next_clicks(self, pred: np.ndarray) -> list[Click]: ...
 
 
-class _TrajectoryState:
-    """Per-trajectory GT, ignore band and the already-clicked pixels."""
+class _Trajectory:
+    """One started trajectory's image, GT, ignore band and already-clicked pixels."""
 
-    def __init__(self) -> None:
-        self.gt: np.ndarray | None = None
-        self.ignore: np.ndarray | None = None
-        self.image: np.ndarray | None = None
-        self.not_clicked: np.ndarray | None = None
-
-    def begin(self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray) -> None:
-        if gt.shape != ignore.shape or gt.shape != image.shape[:2]:
-            raise ValueError(
-                f"Clicker.start: image {image.shape[:2]}, gt {gt.shape} and ignore {ignore.shape} must share (H, W)."
-            )
+    def __init__(self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray) -> None:
         self.image, self.gt, self.ignore = image, gt.astype(bool), ignore.astype(bool)
-        self.not_clicked = np.ones(gt.shape, dtype=bool)
+        self.not_clicked: np.ndarray = np.ones(gt.shape, dtype=bool)
         self._object = self.gt & ~self.ignore  # the valid object and background: error_regions' operands
         self._background = ~self.gt & ~self.ignore
 
@@ -264,15 +263,31 @@ class _TrajectoryState:
         pred = pred.astype(bool, copy=False)
         return self._object & ~pred, self._background & pred
 
-    def require(self, who: str) -> None:
-        if self.gt is None:
-            raise ClickerError(f"{who}.next_clicks called before start(image=..., gt=..., ignore=...).")
-
     def mark(self, click: Click) -> None:
         height, width = self.not_clicked.shape
         x = min(max(int(click.x), 0), width - 1)
         y = min(max(int(click.y), 0), height - 1)
         self.not_clicked[y, x] = False
+
+
+class _TrajectoryState:
+    """A clicker's current trajectory: None until ``start``."""
+
+    def __init__(self) -> None:
+        self.current: _Trajectory | None = None
+
+    def begin(self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray) -> None:
+        if gt.shape != ignore.shape or gt.shape != image.shape[:2]:
+            raise ValueError(
+                f"Clicker.start: image {image.shape[:2]}, gt {gt.shape} and ignore {ignore.shape} must share (H, W)."
+            )
+        self.current = _Trajectory(image=image, gt=gt, ignore=ignore)
+
+    def require(self, who: str) -> _Trajectory:
+        """The started trajectory; :class:`ClickerError` naming ``who`` before ``start``."""
+        if self.current is None:
+            raise ClickerError(f"{who}.next_clicks called before start(image=..., gt=..., ignore=...).")
+        return self.current
 
 
 class BaselineClicker:
@@ -291,12 +306,12 @@ class BaselineClicker:
     ) -> None:
         """``start``, then the state after ``clicks`` were given: the pixels clicked so far are its whole state."""
         self.start(image=image, gt=gt, ignore=ignore)
+        state = self._state.require("BaselineClicker")
         for click in clicks:
-            self._state.mark(click)
+            state.mark(click)
 
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
-        state = self._state
-        state.require("BaselineClicker")
+        state = self._state.require("BaselineClicker")
         is_positive, (x, y) = ritm_choice(*state.errors(pred), state.not_clicked)
         click = Click(x=float(x), y=float(y), is_positive=is_positive)
         state.mark(click)
@@ -331,7 +346,7 @@ class GroupClicker:
         rng: np.random.Generator,
         first_round_map: np.ndarray | None = None,
         name: str | None = None,
-        shared_cache: dict | None = None,
+        shared_cache: Round1Cache | None = None,
     ) -> None:
         if not 0.0 <= low <= high <= 1.0:
             raise ValueError(
@@ -357,15 +372,19 @@ class GroupClicker:
         uninterrupted clicker would: the evaluation server stores the clicks and the stream's state.
         """
         self.start(image=image, gt=gt, ignore=ignore)
+        state = self._state.require("GroupClicker")
         for click in clicks:
-            self._state.mark(click)
+            state.mark(click)
         self._round = len(clicks)
 
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
-        state = self._state
-        state.require("GroupClicker")
+        state = self._state.require("GroupClicker")
         self._round += 1
-        first_round = self._round == 1 and self.first_round_map is not None and not pred.any()
+        # round 1 on an empty prediction draws from the precomputed map (when there is one)
+        first_map = self.first_round_map if self._round == 1 else None
+        if first_map is not None and pred.any():
+            first_map = None
+        first_round = first_map is not None
         shared = self.shared_cache if first_round else None
         step = None if shared is None else shared.get("round1_step")
         if step is None:
@@ -375,7 +394,7 @@ class GroupClicker:
             if shared is not None:  # round 1 (empty prediction, nothing clicked) is the same for every group
                 shared["round1_step"] = step
         region, is_positive, deepest = step
-        raw_map = self.first_round_map if first_round else self.map_fn(state.image, state.gt, region)
+        raw_map = first_map if first_map is not None else self.map_fn(state.image, state.gt, region)
         picked = self._sample(raw_map, region, state.not_clicked, shared=first_round)
         if picked is None:
             picked = deepest
@@ -403,18 +422,18 @@ class GroupClicker:
             values = np.asarray(crop_map[keep], dtype=np.float64)
             rows, cols = np.divmod(flat, x1 - x0)
             positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
-            mass = None
+            mass: _SortedMass | None = None
             if shared and self.shared_cache is not None:
                 # round 1 of every group of an instance draws from the same A: select and sort it once
                 mass = _SortedMass(values)
                 self.shared_cache["round1"] = (positions, values, mass)
         else:
             positions, values, mass = cached
-        flat = sample_sparse(positions, values, height * width, low=self.low, high=self.high,
-                             rng=self.rng, sorted_mass=mass)  # fmt: skip
-        if flat is None:
+        drawn = sample_sparse(positions, values, height * width, low=self.low, high=self.high,
+                              rng=self.rng, sorted_mass=mass)  # fmt: skip
+        if drawn is None:
             return None
-        y, x = divmod(flat, width)
+        y, x = divmod(drawn, width)
         return x, y
 
 
@@ -491,7 +510,8 @@ def _boundary_points(region: np.ndarray, parts: int) -> list[tuple[int, int]]:
     contours, _ = cv2.findContours(region.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
     outline = max(contours, key=len).reshape(-1, 2)  # (x, y) along the outer contour
     positions = (np.arange(parts) + 0.5) * len(outline) / parts
-    return [tuple(int(v) for v in outline[int(p) % len(outline)]) for p in positions]
+    points = [outline[int(p) % len(outline)] for p in positions]
+    return [(int(x), int(y)) for x, y in points]
 
 
 class AnnotatorSimulator:
@@ -535,8 +555,7 @@ class AnnotatorSimulator:
         self._state.begin(image=image, gt=gt, ignore=ignore)
 
     def next_clicks(self, pred: np.ndarray) -> list[Click]:
-        state = self._state
-        state.require("AnnotatorSimulator")
+        state = self._state.require("AnnotatorSimulator")
         fn, fp = error_regions(gt=state.gt, ignore=state.ignore, pred=pred)
         regions = [(r, True) for r in _components(fn, min_area_px=self.min_region_px)]
         regions += [(r, False) for r in _components(fp, min_area_px=self.min_region_px)]

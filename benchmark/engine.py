@@ -45,6 +45,7 @@ from benchmark.clickers import (
     GroupClicker,
     MapFn,
     ReplayClicker,
+    Round1Cache,
     clicks_to_array,
 )
 from benchmark.datasets import Sample, SampleKey
@@ -156,7 +157,9 @@ class InstanceResult:
             if name != "key" and name not in TIMING_FIELDS
         }
         arrays.update(
-            dataset=self.key.dataset, image_stem=self.key.image_stem, object_stem=self.key.object_stem
+            dataset=np.asarray(self.key.dataset),
+            image_stem=np.asarray(self.key.image_stem),
+            object_stem=np.asarray(self.key.object_stem),
         )
         timing = {
             name: (value.tolist() if isinstance(value, np.ndarray) else value)
@@ -249,7 +252,7 @@ def run_trajectory(
     threshold: float,
     reencode_per_click: bool = False,
     instance_iou: InstanceIoU | None = None,
-    timing: dict | None = None,
+    timing: dict[str, float] | None = None,
 ) -> Trajectory:
     """Run one trajectory from an empty mask until ``max_clicks`` clicks or the clicker stops.
 
@@ -330,7 +333,7 @@ def evaluate_instance(  # noqa: C901
     map_fn: MapFn | None = None,
     real_clicks_xy: np.ndarray | None = None,
     out_dir: Path | None = None,
-    timing: dict | None = None,
+    timing: dict[str, float] | None = None,
 ) -> InstanceResult:
     """Evaluate one instance and (if ``out_dir``) save ``<out_dir>/instances/<key>.npz``.
 
@@ -380,32 +383,41 @@ def evaluate_instance(  # noqa: C901
         checkpoint_sha256=predictor.checkpoint_hash,
     )
     result.encode_seconds = encode_seconds
-    common = dict(
-        predictor=predictor,
-        embedding=embedding,
-        image=image,
-        gt=gt,
-        ignore=ignore,
-        threshold=threshold,
-        reencode_per_click=config.reencode_per_click,
-        instance_iou=InstanceIoU(gt, ignore),
-        timing=timing,
-    )
+    instance_iou = InstanceIoU(gt, ignore)
+
+    def trajectory(clicker: Clicker, max_clicks: int) -> Trajectory:
+        """One trajectory of this instance: every one shares the embedding, the IoU and the timing."""
+        return run_trajectory(
+            predictor=predictor,
+            embedding=embedding,
+            image=image,
+            gt=gt,
+            ignore=ignore,
+            clicker=clicker,
+            max_clicks=max_clicks,
+            threshold=threshold,
+            reencode_per_click=config.reencode_per_click,
+            instance_iou=instance_iou,
+            timing=timing,
+        )
+
     n_clicks = config.max_clicks
     if config.run_base:
-        base = run_trajectory(clicker=BaselineClicker(), max_clicks=n_clicks, **common)
+        base = trajectory(BaselineClicker(), n_clicks)
         result.base_iou = _pad(base.ious, n_clicks)
         result.base_seconds = _pad(base.seconds, n_clicks)
         result.base_clicks = _pad(base.clicks, n_clicks)
 
     first_map = None
+    round1_cache: Round1Cache = {}  # the sorted round-1 weights: the same for every group, half and Sample click
     if map_fn is not None:
         map_started = time.perf_counter()
         first_map = np.asarray(map_fn(image, gt, gt & ~ignore), dtype=np.float64)
         result.map_seconds = time.perf_counter() - map_started
-        round1_cache: dict = {}  # the sorted round-1 weights: the same for every group, half and Sample click
 
-        def sweep(bounds: Sequence[tuple[float, float]], stream: int):
+        def sweep(
+            bounds: Sequence[tuple[float, float]], stream: int
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             shape = (len(bounds), config.samples_per_group, n_clicks)
             ious, seconds, clicks = (
                 np.full(shape, np.nan),
@@ -424,7 +436,7 @@ def evaluate_instance(  # noqa: C901
                     )
                     clicker = GroupClicker(map_fn=map_fn, low=low, high=high, rng=rng,
                                            first_round_map=first_map, shared_cache=round1_cache)  # fmt: skip
-                    run = run_trajectory(clicker=clicker, max_clicks=n_clicks, **common)
+                    run = trajectory(clicker, n_clicks)
                     ious[g, s] = _pad(run.ious, n_clicks)
                     seconds[g, s] = _pad(run.seconds, n_clicks)
                     clicks[g, s] = _pad(run.clicks, n_clicks)
@@ -437,10 +449,10 @@ def evaluate_instance(  # noqa: C901
 
     if config.run_user and real_clicks_xy is not None and len(real_clicks_xy):
         replay = ReplayClicker(real_clicks_xy)
-        user = [run_trajectory(clicker=replay, max_clicks=1, **common) for _ in range(len(replay))]
+        user = [trajectory(replay, 1) for _ in range(len(replay))]
         result.user_clicks = replay.clicks_xy.copy()
         result.user_iou = np.array([run.ious[0] for run in user], dtype=np.float64)
-        if first_map is not None:
+        if map_fn is not None:  # and so first_map is its round-1 map
             rng = trajectory_rng(
                 seed=config.seed,
                 key=sample.key,
@@ -453,7 +465,7 @@ def evaluate_instance(  # noqa: C901
             for _ in range(len(replay)):
                 clicker = GroupClicker(map_fn=map_fn, low=0.0, high=1.0, rng=rng, first_round_map=first_map,
                                        shared_cache=round1_cache)  # fmt: skip
-                sampled.append(run_trajectory(clicker=clicker, max_clicks=1, **common))
+                sampled.append(trajectory(clicker, 1))
             result.sample_iou = np.array([run.ious[0] for run in sampled], dtype=np.float64)
             result.sample_clicks = np.concatenate([run.clicks for run in sampled])
     result.total_seconds = time.perf_counter() - started + encode_seconds

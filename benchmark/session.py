@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -132,6 +133,21 @@ class ClickSession:
       report_save_dir: if given, the report CSV and summary JSON are written there at the end.
     """
 
+    # The current sample's state: set by _advance before any method reads it (next() reads it once
+    # _unit_index >= 0; get_clicks, submit_masks and _record only in the states that follow a next()).
+    _gt: np.ndarray
+    _ignore: np.ndarray
+    _pred: np.ndarray
+    _clicker: Clicker
+    _clicks: list[Click]
+    _last_clicks: list[Click]
+    _round: int
+    _elapsed_s: float
+    _unit_done: bool
+    _new_sample: bool
+    _clock: float  # perf_counter() at the last get_clicks
+    _image_cache: tuple[Path, np.ndarray]  # the last loaded image, by path
+
     def __new__(cls, *args, host: str | None = None, **kwargs):
         if host is not None:  # the same session against an evaluation server (benchmark/remote.py)
             from benchmark.remote import RemoteClickSession
@@ -193,7 +209,7 @@ class ClickSession:
         self._state = _State.CREATED
         self._units: list[_Unit] = []
         self._unit_index = -1
-        self._previous_logits = None
+        self._previous_logits: Any = None  # model-specific, as segmenters.base.Prediction.logits
         self._rows: list[dict] = []
         self._summary: dict | None = None
 
@@ -212,25 +228,27 @@ class ClickSession:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._state is not _State.FINISHED and self.report_save_dir is not None:
             # an interrupted session still leaves its data behind
-            self._write_files(suffix=".partial")
+            self._write_files(self.report_save_dir, suffix=".partial")
         return None
 
     def _build_units(self) -> list[_Unit]:
         units: list[_Unit] = []
         first_maps: dict[SampleKey, np.ndarray] = {}
 
-        def group_factory(sample: Sample, index: int, low: float, high: float):
+        def group_factory(
+            map_fn: MapFn, sample: Sample, index: int, low: float, high: float
+        ) -> Callable[[], Clicker]:
             def make() -> Clicker:
                 # The round-1 map is the same for every group of an instance: compute it once.
                 if sample.key not in first_maps:
                     first_maps.clear()
                     gt, ignore = sample.load_masks()
-                    first_maps[sample.key] = self.map_fn(self._image(sample), gt, gt & ~ignore)
+                    first_maps[sample.key] = map_fn(self._image(sample), gt, gt & ~ignore)
                 rng = trajectory_rng(
                     seed=self.seed, key=sample.key, stream=1, group=index, sample=0, common=False
                 )
                 return GroupClicker(
-                    map_fn=self.map_fn, low=low, high=high, rng=rng, first_round_map=first_maps[sample.key]
+                    map_fn=map_fn, low=low, high=high, rng=rng, first_round_map=first_maps[sample.key]
                 )
 
             return make
@@ -239,8 +257,11 @@ class ClickSession:
             if self.clicker_name == "baseline":
                 units.append(_Unit(sample, "base", BaselineClicker))
             elif self.clicker_name == "group":
+                map_fn = self.map_fn
+                assert map_fn is not None  # __init__ refuses clicker="group" without map_fn or click_model
                 for index, (low, high) in enumerate(self.group_bounds):
-                    units.append(_Unit(sample, f"G{index + 1}", group_factory(sample, index, low, high)))
+                    make = group_factory(map_fn, sample, index, low, high)
+                    units.append(_Unit(sample, f"G{index + 1}", make))
             elif self.clicker_name == "replay":
                 recorded = np.asarray(self.real_clicks.get(sample.key, np.zeros((0, 2))), dtype=np.float64)
                 for j in range(len(recorded)):
@@ -249,10 +270,7 @@ class ClickSession:
                 rng = trajectory_rng(
                     seed=self.seed, key=sample.key, stream=4, group=0, sample=0, common=False
                 )
-                options = self.annotator_options
-                units.append(
-                    _Unit(sample, "annotator", lambda rng=rng, kw=options: AnnotatorSimulator(rng=rng, **kw))
-                )
+                units.append(_Unit(sample, "annotator", _annotator_factory(rng, self.annotator_options)))
         return units
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -289,8 +307,8 @@ class ClickSession:
         self._gt, self._ignore = gt, ignore
         self._pred = np.zeros(gt.shape, dtype=bool)
         self._previous_logits = None
-        self._clicks: list[Click] = []
-        self._last_clicks: list[Click] = []
+        self._clicks = []
+        self._last_clicks = []
         self._round = 0
         self._elapsed_s = 0.0
         self._unit_done = False
@@ -397,7 +415,7 @@ class ClickSession:
         self._state = _State.FINISHED
         self._summary = self._compute_summary()
         if self.report_save_dir is not None:
-            self._write_files(suffix="")
+            self._write_files(self.report_save_dir, suffix="")
 
     # -- results -----------------------------------------------------------------------------------
 
@@ -425,10 +443,12 @@ class ClickSession:
         series = self._series(frame)
         curve = np.mean(series, axis=0) if series else np.zeros(self.max_clicks)
         accepted = frame[frame["status"] == "accepted"].drop_duplicates(["sample_id", "group", "round"])
+        nocs_at: dict[str, float] = {}  # filled below, after the curve values
+        nofs_at: dict[str, int] = {}
         out = {
             "samples": len(series),
-            "noc": {},
-            "nof": {},
+            "noc": nocs_at,
+            "nof": nofs_at,
             "miou_curve": curve.tolist(),
             "miou_at": {str(k): v for k, v in miou_at(curve).items()},
             "iou_auc": float(np.mean([iou_auc(s) for s in series])) if series else float("nan"),
@@ -444,8 +464,8 @@ class ClickSession:
         for target in self.target_ious:
             tag = f"{round(target * 100):d}"
             nocs = [noc(s, target, max_clicks=self.max_clicks) for s in series]
-            out["noc"][tag] = float(np.mean(nocs)) if nocs else float("nan")
-            out["nof"][tag] = int(sum(1 for n in nocs if n >= self.max_clicks))
+            nocs_at[tag] = float(np.mean(nocs)) if nocs else float("nan")
+            nofs_at[tag] = int(sum(1 for n in nocs if n >= self.max_clicks))
         return out
 
     def _compute_summary(self) -> dict:
@@ -466,9 +486,9 @@ class ClickSession:
                 summary["statistics"] = session_statistics(values)
         return summary
 
-    def _write_files(self, *, suffix: str) -> None:
-        self.report_save_dir.mkdir(parents=True, exist_ok=True)
-        stem = self.report_save_dir / f"clicksession_{self.session_id}"
+    def _write_files(self, directory: Path, *, suffix: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = directory / f"clicksession_{self.session_id}"
         self.get_report().to_csv(stem.with_name(stem.name + f"{suffix}.csv"), index=False)
         if self._summary is not None:
             stem.with_name(stem.name + f"{suffix}.json").write_text(
@@ -483,3 +503,7 @@ def _map_name(map_fn) -> str:
 
 def _replay_factory(clicks_xy: np.ndarray) -> Callable[[], Clicker]:
     return lambda: ReplayClicker(clicks_xy)
+
+
+def _annotator_factory(rng: np.random.Generator, options: dict[str, Any]) -> Callable[[], Clicker]:
+    return lambda: AnnotatorSimulator(rng=rng, **options)
