@@ -116,6 +116,13 @@ class StrictString(serializers.CharField):
         "strings, finite numbers, booleans or null.",
     }
 )
+def _plain_value(value) -> bool:
+    """A client_info value other than text: null, a boolean, an integer or a finite number."""
+    return (
+        value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value))
+    )
+
+
 class ClientInfoField(serializers.Field):
     """A flat object of measurement names to scalars (string, finite number, boolean, null)."""
 
@@ -138,9 +145,7 @@ class ClientInfoField(serializers.Field):
             if isinstance(value, str):
                 if len(value) > MAX_CLIENT_INFO_TEXT:
                     self.fail("too_long", name=key)
-            elif isinstance(value, float) and not math.isfinite(value):
-                self.fail("bad_value", name=key)
-            elif value is not None and not isinstance(value, bool | int | float):
+            elif not _plain_value(value):
                 self.fail("bad_value", name=key)
         return dict(data)
 

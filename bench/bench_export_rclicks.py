@@ -88,17 +88,19 @@ def _copy(model, rows) -> int:
     rows = itertools.chain([first], iterator)
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     count = 0
-    with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY {model._meta.db_table} ({columns}) FROM STDIN") as copy:
-            for values in rows:
-                row = []
-                for f in fields:
-                    value = values[f.attname] if f.attname in values else f.get_default()
-                    if isinstance(value, dict | list):
-                        value = json.dumps(value)
-                    row.append(value)
-                copy.write_row(row)
-                count += 1
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(f"COPY {model._meta.db_table} ({columns}) FROM STDIN") as copy,
+    ):
+        for values in rows:
+            row = []
+            for f in fields:
+                value = values[f.attname] if f.attname in values else f.get_default()
+                if isinstance(value, dict | list):
+                    value = json.dumps(value)
+                row.append(value)
+            copy.write_row(row)
+            count += 1
     return count
 
 

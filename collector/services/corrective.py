@@ -356,11 +356,14 @@ def corrective_item_done(*, session: Session, item_id, round_ms=None) -> Correct
     update), else the item ends now with its current mask."""
     with transaction.atomic():
         item = _locked_item(session=session, item_id=item_id)
-        if item.state == CorrectiveItem.State.CLICKING and item.round > 0:
-            if _round_clicks(item, item.round).filter(undone=False).exists():
-                return corrective_round_submit(
-                    session=session, item_id=item.pk, round_number=item.round, round_ms=round_ms, finish=True
-                )
+        if (
+            item.state == CorrectiveItem.State.CLICKING
+            and item.round > 0
+            and _round_clicks(item, item.round).filter(undone=False).exists()
+        ):
+            return corrective_round_submit(
+                session=session, item_id=item.pk, round_number=item.round, round_ms=round_ms, finish=True
+            )
     return _item_end(session=session, item_id=item_id, state=CorrectiveItem.State.DONE, round_ms=round_ms)
 
 

@@ -108,14 +108,12 @@ def test_rejects_bad_requests(tmp_path):
     study = make_study(dataset, publish=True)
     round_ = _open_round(study)
     worker = make_worker()
-    with pytest.raises(AllocationError, match="device 'tablet'"):
-        with transaction.atomic():
-            allocate_targets(round=round_, worker=worker, device="tablet", count=10)
+    with pytest.raises(AllocationError, match="device 'tablet'"), transaction.atomic():
+        allocate_targets(round=round_, worker=worker, device="tablet", count=10)
     Round.objects.filter(pk=round_.pk).update(state=Round.State.CLOSED)
     round_.refresh_from_db()
-    with pytest.raises(AllocationError, match="closed, not open"):
-        with transaction.atomic():
-            allocate_targets(round=round_, worker=worker, device="pc", count=10)
+    with pytest.raises(AllocationError, match="closed, not open"), transaction.atomic():
+        allocate_targets(round=round_, worker=worker, device="pc", count=10)
 
 
 def test_inflight_release_never_goes_below_zero(tmp_path):

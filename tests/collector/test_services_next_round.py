@@ -583,10 +583,7 @@ def test_grabcut_build_with_the_embedded_segmenter_gives_valid_fn_fp_targets(
         assert previous.shape == error.shape == (image.height, image.width)
         assert set(np.unique(previous)) <= {0, 255} and set(np.unique(error)) <= {0, 255}
         previous, error = previous == 255, error == 255
-        if target.click_type == "fn":
-            allowed = mask & ~previous & ~ignore
-        else:
-            allowed = ~mask & previous & ~ignore
+        allowed = (mask & ~previous if target.click_type == "fn" else ~mask & previous) & ~ignore
         assert not (error & ~allowed).any(), (
             f"{target.full_stem}: error pixels outside the {target.click_type} set"
         )

@@ -36,14 +36,14 @@ def test_numpy_aliases_removed_in_124_are_explained():
 
 
 def test_runtime_errors_carry_the_fix_and_other_errors_pass_through():
-    with pytest.raises(
-        SegmenterError, match=r"net: running failed with RuntimeError: boom .*Check the input"
+    with (
+        pytest.raises(SegmenterError, match=r"net: running failed with RuntimeError: boom .*Check the input"),
+        upstream_errors(package="net", doing="running", fix="Check the input."),
     ):
-        with upstream_errors(package="net", doing="running", fix="Check the input."):
-            raise RuntimeError("boom")
-    with pytest.raises(KeyError):  # not a failure mode of upstream code we expect: stays visible
-        with upstream_errors(package="net", doing="running"):
-            raise KeyError("ours")
+        raise RuntimeError("boom")
+    # not a failure mode of upstream code we expect: stays visible
+    with pytest.raises(KeyError), upstream_errors(package="net", doing="running"):
+        raise KeyError("ours")
 
 
 def test_isolated_subpackage_does_not_run_the_package_init(installed_package):

@@ -67,7 +67,7 @@ def test_preview_verdict_wraps_within_a_phone_screen(phone, live_server, alice_s
     found = page.evaluate(TEXT_BOX, "Does not count")
     assert found is not None, "the verdict is nowhere on the page"
     box = found["box"]
-    assert 0 <= box["left"] and box["right"] <= found["width"], found  # within the 390 px screen
+    assert box["left"] >= 0 and box["right"] <= found["width"], found  # within the 390 px screen
     for clip in found["clips"]:  # and not cut off by a box that hides what overflows it
         assert clip["left"] <= box["left"] and box["right"] <= clip["right"], found
         assert clip["top"] <= box["top"] and box["bottom"] <= clip["bottom"], found
