@@ -100,6 +100,13 @@ class StrictString(serializers.CharField):
         return super().to_internal_value(data)
 
 
+def _plain_value(value) -> bool:
+    """A client_info value other than text: null, a boolean, an integer or a finite number."""
+    return (
+        value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value))
+    )
+
+
 @extend_schema_field(
     {
         "type": "object",
@@ -116,13 +123,6 @@ class StrictString(serializers.CharField):
         "strings, finite numbers, booleans or null.",
     }
 )
-def _plain_value(value) -> bool:
-    """A client_info value other than text: null, a boolean, an integer or a finite number."""
-    return (
-        value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value))
-    )
-
-
 class ClientInfoField(serializers.Field):
     """A flat object of measurement names to scalars (string, finite number, boolean, null)."""
 

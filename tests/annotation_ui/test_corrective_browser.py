@@ -1,5 +1,6 @@
 """A corrective-click campaign end to end in real Chromium with a real Celery worker doing the model updates
-(issue 17): a desktop worker (mouse: left = positive, right = negative, undo, a reload mid-round, three rounds,
+(issue 17): each worker first passes the qualification test (a careful click on the test picture), then a desktop
+worker (mouse: left = positive, right = negative, undo, a reload mid-round, three rounds,
 "mask is fine") and a phone worker (touch with the +/− toggle, "done" with clicks pending) in one test with two
 browser contexts; then the campaign's masks are exported as COCO RLE that pycocotools decodes back to the
 stored masks."""
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import json
 
+import cv2
 import numpy as np
 import pytest
 from pycocotools import mask as coco_mask
 
-from collector.models import CorrectiveClick, CorrectiveItem, Session
+from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveQualification, Session
+from collector.services.next_round import _instance_masks
 from exports.corrective import corrective_export, read_mask
 from tests.factories import make_dataset, make_study
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
@@ -73,17 +76,65 @@ def _wait_code(page) -> str:
     return page.locator("#completion-code").inner_text()
 
 
+def _pass_the_test(page, study, *, touch: bool) -> None:
+    """A careful worker's qualification test (one picture): one click on the deepest point of the larger error
+    region of the mask shown (positive on a part it misses, negative on a part it covers wrongly), "Update
+    mask", then "Mask is fine"; the result screen's Continue opens the real batch's instructions."""
+    assert page.locator("#qualification-note").is_visible()
+    (page.tap if touch else page.click)("#start-button")
+    view = _wait_clicking(page, round_number=1, index=0)
+    test = Session.objects.filter(study=study, is_qualification=True).latest("started_at")
+    item = test.corrective_items.select_related("current_mask", "trial__target__instance").get(position=0)
+    gt, ignore = _instance_masks(item.trial.target.instance)
+    shown = read_mask(item.current_mask.file.name)
+    keep = ~ignore if ignore is not None else np.ones_like(gt)
+    missed, extra = gt & ~shown & keep, shown & ~gt & keep
+    region, positive = (missed, True) if missed.sum() >= extra.sum() else (extra, False)
+    assert region.any(), "the test picture's mask is already perfect: nothing for a careful worker to click"
+    depth = cv2.distanceTransform(np.pad(region, 1).astype(np.uint8), cv2.DIST_L2, 5)[1:-1, 1:-1]
+    y, x = np.unravel_index(int(np.argmax(depth)), depth.shape)
+    point = _client_point(page, view, x + 0.5, y + 0.5)
+    if touch:
+        if not positive:
+            page.tap("#sign-toggle")
+        page.touchscreen.tap(*point)
+    else:
+        page.mouse.click(*point, button="left" if positive else "right")
+    page.wait_for_function("() => document.getElementById('budget').textContent.includes('1 / 4')")
+    (page.tap if touch else page.click)("#submit-button")
+    _wait_clicking(page, round_number=2, index=0)
+    (page.tap if touch else page.click)("#skip-button")
+    page.wait_for_selector("#screen-qualification:not([hidden])", timeout=UPDATE_TIMEOUT_MS)
+    assert "You passed the qualification test" in page.locator("#qualification-text").inner_text()
+    test_url = page.url
+    (page.tap if touch else page.click)("#continue-button")
+    page.wait_for_url(lambda url: "/a/" in url and url != test_url, timeout=30_000)
+    page.wait_for_selector("#start-button", state="visible")
+    assert page.locator("#qualification-note").count() == 0  # the real batch's instructions
+
+
 def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_back(
     chromium, player_server, models_worker, tmp_path
 ):
-    dataset = make_dataset(tmp_path, n_images=2, size=(160, 120))
-    study = make_study(dataset, publish=True, kind="corrective", batch_size=2, quota_pc=1, quota_mobile=1)
+    # three pictures: the qualification test takes the first, the campaign's batches the other two
+    dataset = make_dataset(tmp_path, n_images=3, size=(160, 120))
+    study = make_study(
+        dataset,
+        publish=True,
+        kind="corrective",
+        batch_size=2,
+        quota_pc=1,
+        quota_mobile=1,
+        qualification_enabled=True,
+        qualification_instances=1,
+    )
     assert (study.corrective_rounds, study.corrective_clicks_per_round) == (3, 4)
 
     # --- desktop: mouse ------------------------------------------------------------------------------
     desk = chromium.new_context(**DESKTOP)
     page = desk.new_page()
     open_player(page, entry_url(player_server.url, study, "pc"))
+    _pass_the_test(page, study, touch=False)
     page.click("#start-button")
     view = _wait_clicking(page, round_number=1, index=0)
     assert "Round 1 of 3" in _budget(page) and "0 / 4" in _budget(page)
@@ -115,6 +166,7 @@ def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_b
     phone = chromium.new_context(**PHONE)
     tap = phone.new_page()
     open_player(tap, entry_url(player_server.url, study, "mobile"))
+    _pass_the_test(tap, study, touch=True)
     tap.tap("#start-button")
     view = _wait_clicking(tap, round_number=1, index=0)
     pcx, pcy = _centre(view)
@@ -130,7 +182,9 @@ def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_b
     assert phone_code != desk_code
 
     # --- what the server holds ---------------------------------------------------------------------------
-    sessions = {s.device: s for s in Session.objects.filter(study=study)}
+    results = CorrectiveQualification.objects.filter(study=study)
+    assert sorted((r.passed, r.placement) for r in results) == [(True, 1.0), (True, 1.0)]
+    sessions = {s.device: s for s in Session.objects.filter(study=study, is_qualification=False)}
     assert {d: (s.status, s.validity) for d, s in sessions.items()} == {
         "pc": ("finished", "counted"),
         "mobile": ("finished", "counted"),
