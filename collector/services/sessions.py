@@ -148,23 +148,22 @@ def session_start(
         open_round = study_open_round(study=study)
         if open_round is None:
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))
+        # What the browser and the platform told us, the same for a test session and a batch.
+        recorded = {
+            "device": device,
+            "platform_device": platform_device[:20],
+            "detected_device": detected_device[:20],
+            "user_agent": user_agent[:2000],
+            "client_info": _bounded_client_info(client_info or {}),
+            "platform_assignment_id": platform_assignment_id[:200],
+            "platform_batch_id": platform_batch_id[:200],
+        }
         if qualification_required(study):
             # Corrective campaigns with a qualification test (issue 17): the test first, real tasks only after
             # a pass; a failed worker is refused for good.
             result = qualification_result(study=study, worker=worker)
             if result is None:
-                test = qualification_session_create(
-                    study=study,
-                    round=open_round,
-                    worker=worker,
-                    device=device,
-                    platform_device=platform_device[:20],
-                    detected_device=detected_device[:20],
-                    user_agent=user_agent[:2000],
-                    client_info=_bounded_client_info(client_info or {}),
-                    platform_assignment_id=platform_assignment_id[:200],
-                    platform_batch_id=platform_batch_id[:200],
-                )
+                test = qualification_session_create(study=study, round=open_round, worker=worker, **recorded)
                 if test is None:
                     raise SessionStartRefused(str(NO_ROUND_MESSAGE))
                 return test
@@ -177,14 +176,8 @@ def session_start(
             study=study,
             round=open_round,
             worker=worker,
-            device=device,
-            platform_device=platform_device[:20],
-            detected_device=detected_device[:20],
-            user_agent=user_agent[:2000],
-            client_info=_bounded_client_info(client_info or {}),
-            platform_assignment_id=platform_assignment_id[:200],
-            platform_batch_id=platform_batch_id[:200],
             expires_at=now + timedelta(seconds=study.session_timeout_s),
+            **recorded,
         )
         targets = allocate_targets(round=open_round, worker=worker, device=device, count=study.batch_size)
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():

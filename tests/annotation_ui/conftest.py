@@ -21,3 +21,17 @@ def player_server(player_settings, transactional_db):
     server = LiveServer("127.0.0.1")
     yield server
     server.stop()
+
+
+@pytest.fixture
+def models_worker(player_settings, exclusive_broker):
+    """A worker of the test's own on the models queue (the corrective players' mask updates), started after
+    the media root is the test's."""
+    from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
+
+    purge_queues()
+    process = CeleryWorkerProcess(queues="models")
+    process.start()
+    yield process
+    process.stop()
+    purge_queues()

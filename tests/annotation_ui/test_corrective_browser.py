@@ -18,24 +18,13 @@ from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveQualific
 from collector.services.next_round import _instance_masks
 from exports.corrective import corrective_export, read_mask
 from tests.factories import make_dataset, make_study
-from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
+from tests.support.celery_worker import purge_queues
 
 from .driver import DESKTOP, PHONE, entry_url, open_player
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 UPDATE_TIMEOUT_MS = 90_000
-
-
-@pytest.fixture
-def models_worker(player_settings, exclusive_broker):
-    """A worker of the test's own on the models queue, started after the media root is the test's."""
-    purge_queues()
-    process = CeleryWorkerProcess(queues="models")
-    process.start()
-    yield process
-    process.stop()
-    purge_queues()
 
 
 def _wait_clicking(page, *, round_number: int, index: int) -> dict:

@@ -9,25 +9,11 @@ import pytest
 
 from collector.models import CorrectiveQualification, Session
 from tests.factories import make_dataset, make_study
-from tests.support.celery_worker import CeleryWorkerProcess, purge_queues
 
 from .driver import DESKTOP, entry_url, open_player
-from .test_corrective_browser import _centre, _client_point, _wait_clicking
+from .test_corrective_browser import UPDATE_TIMEOUT_MS, _centre, _client_point, _wait_clicking
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
-
-UPDATE_TIMEOUT_MS = 90_000
-
-
-@pytest.fixture
-def models_worker(player_settings, exclusive_broker):
-    """A worker of the test's own on the models queue, started after the media root is the test's."""
-    purge_queues()
-    process = CeleryWorkerProcess(queues="models")
-    process.start()
-    yield process
-    process.stop()
-    purge_queues()
 
 
 def _qualification_text(page) -> str:
