@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from django.core.files.storage import default_storage
 from PIL import Image as PILImage
 from pycocotools import mask as coco_mask
 
 from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveMask, Study
+from collector.services.corrective import read_mask  # a stored 0/255 mask as bool (H, W); re-exported
 from exports.selectors import ExportError
 
 CLICK_COLUMNS = (
@@ -48,12 +48,6 @@ class CorrectiveExport:
     annotations: int
     clicks: int
     report: dict
-
-
-def read_mask(name: str) -> np.ndarray:
-    """A stored 0/255 mask as bool (H, W)."""
-    with default_storage.open(name, "rb") as handle:
-        return np.asarray(PILImage.open(handle).convert("L")) > 127
 
 
 def rle_encode(mask: np.ndarray) -> dict:
