@@ -11,6 +11,17 @@ from collector.models import Study
 from collector.selectors.segmenters import segmenter_options
 from collector.services.study_rules import STUDY_RULES
 
+#: The corrective-campaign fields (their own fieldset in the form), last in the study's field list.
+CORRECTIVE_FORM_FIELDS = (
+    "kind",
+    "corrective_init",
+    "corrective_rounds",
+    "corrective_clicks_per_round",
+    "qualification_enabled",
+    "qualification_instances",
+    "qualification_min_placement",
+    "qualification_min_gain",
+)
 STUDY_FORM_FIELDS = (
     "name",
     "dataset",
@@ -30,24 +41,7 @@ STUDY_FORM_FIELDS = (
     "reward_per_batch",
     "currency",
     "next_round_segmenter",
-    "kind",
-    "corrective_init",
-    "corrective_rounds",
-    "corrective_clicks_per_round",
-    "qualification_enabled",
-    "qualification_instances",
-    "qualification_min_placement",
-    "qualification_min_gain",
-)
-CORRECTIVE_FORM_FIELDS = (
-    "kind",
-    "corrective_init",
-    "corrective_rounds",
-    "corrective_clicks_per_round",
-    "qualification_enabled",
-    "qualification_instances",
-    "qualification_min_placement",
-    "qualification_min_gain",
+    *CORRECTIVE_FORM_FIELDS,
 )
 
 

@@ -51,7 +51,8 @@ def study_platform_config_update(*, study_id: int, values: dict) -> Study:
     """Set keys of the study's ``platform_config`` (the platform settings form); a value of None or ""
     removes the key, so the platform's default applies again. Values are JSON-ready (checked by the form)."""
     with transaction.atomic():
-        study = Study.objects.select_for_update().get(pk=study_id)
+        # NO KEY UPDATE (docs/architecture.md): sessions of the study may still be inserted meanwhile
+        study = Study.objects.select_for_update(no_key=True).get(pk=study_id)
         config = dict(study.platform_config or {})
         for key, value in values.items():
             if value is None or value == "" or value == []:
