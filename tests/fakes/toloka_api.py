@@ -465,6 +465,13 @@ class _Http11ServerHandler(ServerHandler):
     # (still one request per connection: the server closes it after each response).
     http_version = "1.1"
 
+    def cleanup_headers(self):
+        # Say so, or the client sends its next request into the closing socket and meets "server
+        # disconnected" (a retried 500 once ran out of retries that way). A WSGI app may not set this
+        # hop-by-hop header itself; the server may.
+        super().cleanup_headers()
+        self.headers["Connection"] = "close"
+
 
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, *args):  # the request log lives in the app state
