@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy
 from collector.models import Click, Round, Session, Study, Trial, Worker
 from collector.services.codes import completion_code_make
 from collector.services.outbox import task_intent_add
+from collector.services.prepared import prepared_cursor
 from collector.services.presentations import trial_server_flags
 from collector.services.qualification import (
     not_qualified_message,
@@ -363,7 +364,7 @@ def _session_trials(session_id: int) -> list[Trial]:
     path reads (see ``_HOT_*_FIELDS``); all trials share one Session and one Study instance. Raises
     Session.DoesNotExist when the session has no trials (it does not exist)."""
     sql, columns = _hot_query()
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [session_id])
         rows = cursor.fetchall()
     if not rows:
@@ -444,7 +445,7 @@ def _insert_click(*, click: Click, trial_fields: dict) -> int | None:
     assignments = ", ".join(f"{ops.quote_name(field.column)} = %s" for field, _value in updates)
     update_values = [field.get_db_prep_save(value, connection) for field, value in updates]
     trial_table = ops.quote_name(trial_meta.db_table)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"WITH inserted AS ({insert} RETURNING id, trial_id), "

@@ -294,6 +294,45 @@ def test_a_click_request_is_two_statements_on_postgresql_and_a_retry_one(token):
     assert len(retry.captured_queries) == 1, [q["sql"] for q in retry.captured_queries]
 
 
+@pytest.mark.django_db
+def test_the_click_statements_are_prepared_once_per_connection_and_reused(study, token):
+    """PostgreSQL planned each click's two statements anew (planning cost more than running them); they are
+    prepared on the connection's first click and reused by every later one, whatever the session. SQLite
+    has nothing to prepare: the click path must work there unchanged."""
+    from django.db import connection
+
+    def prepared() -> dict[str, tuple[int, int]]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+            return {sql: (generic, custom) for sql, generic, custom in cursor.fetchall()}
+
+    more = [session_start(study=study, worker=make_worker(), device="pc") for _ in range(2)]
+    tokens = [token, *(session_token_make(session_id=session.pk) for session in more)]
+    for session in Session.objects.all():
+        present_trials(session)
+    clicks = 0
+    for number, session_token in enumerate(tokens):
+        for position in range(Trial.objects.filter(session=Session.objects.order_by("pk")[number]).count()):
+            status, body = _send(
+                session_token, "click", _click(position=position, idempotency_key=f"k-{clicks}")
+            )
+            assert status == 201, body
+            clicks += 1
+    assert Click.objects.count() == clicks > 3
+    if connection.vendor != "postgresql":
+        return
+    statements = prepared()
+    click_path = {
+        sql: plans
+        for sql, plans in statements.items()
+        if "collector_click" in sql and "collector_trial" in sql
+    }
+    assert len(click_path) == 2, statements  # the trials read and the insert, each prepared once
+    assert all(sum(plans) == clicks for plans in click_path.values()), click_path
+    # Django's own statements stay unprepared (client-side binding, its default).
+    assert len(statements) == 2, statements
+
+
 # ------------------------------------------------------------------------------------------------
 # problem reports (contract item 4)
 
