@@ -134,6 +134,6 @@ export function runFinishAction(action, state, { redirectDelayMs = 2500, probeTi
     document.body.appendChild(form);
     setTimeout(() => form.submit(), redirectDelayMs);
   } else {
-    $("done-text").textContent = gettext("Enter this code where the task asks for it.");
+    $("done-text").textContent = action.code ? gettext("Enter this code where the task asks for it.") : "";
   }
 }

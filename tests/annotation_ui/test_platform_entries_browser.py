@@ -6,7 +6,6 @@ player_server's localhost:<port>), which also receives the externalSubmit POST (
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +16,7 @@ import pytest
 from collector.models import Session
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make, session_token_read
+from tests.annotation_ui.driver import closed_port
 from tests.factories import complete_session, make_dataset, make_study, make_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -115,20 +115,13 @@ def test_prolific_entry_and_redirect_exit(chromium, player_server, pages):
     context.close()
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released): connections to it are refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_prolific_unreachable_keeps_the_code_on_screen(chromium, player_server, pages, settings):
     """Prolific's completion URL cannot be reached: the participant is not sent to a browser error page
     but stays with the code, which the page says to copy and enter on Prolific; the player and the
     server's exit page alike."""
     from tests.annotation_ui.driver import SCREENSHOT_DIR
 
-    dead = f"http://127.0.0.1:{_closed_port()}/submissions/complete"
+    dead = f"http://127.0.0.1:{closed_port()}/submissions/complete"
     settings.PROLIFIC_COMPLETE_URL = dead
     study = _study(pages, "prolific", prolific_study_id="ps-1", prolific_completion_code="C1A2B3C4")
     context = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
@@ -179,7 +172,7 @@ def test_the_exit_page_is_the_players_end_screen(
     screen; where the browser has no clipboard API the button selects the code for a copy by hand."""
     from tests.annotation_ui.driver import SCREENSHOT_DIR
 
-    settings.PROLIFIC_COMPLETE_URL = f"http://127.0.0.1:{_closed_port()}/submissions/complete"
+    settings.PROLIFIC_COMPLETE_URL = f"http://127.0.0.1:{closed_port()}/submissions/complete"
     study = _study(pages, "prolific", prolific_study_id="ps-1", prolific_completion_code="C1A2B3C4")
     session = complete_session(
         session_start(

@@ -29,3 +29,5 @@ def test_player_modules_get_hashed_names_and_load_each_other_by_them(tmp_path, s
     )
     exit_page = (tmp_path / manifest["player/exit.js"]).read_text()  # the platforms' exit page
     assert re.findall(r'from "\./([^"]+)";', exit_page) == [manifest["player/ui.js"].split("/")[1]]
+    corrective = (tmp_path / manifest["corrective/corrective.js"]).read_text()  # from its own folder
+    assert re.findall(r'from "([^"]+)";', corrective) == [f"../{manifest['player/ui.js']}"]
