@@ -1,5 +1,5 @@
-// Lint of the browser code (`make test-js`): the player's ES modules and their unit tests, and the classic
-// scripts of the corrective player and the researcher pages.
+// Lint of the browser code (`make test-js`): the players' ES modules (the corrective player keeps its `var`s) and
+// their unit tests, and the classic scripts of the researcher pages.
 import js from "@eslint/js";
 import globals from "globals";
 
@@ -11,7 +11,12 @@ export default [
     rules: { "no-unused-vars": ["error", { args: "none" }], eqeqeq: ["error", "smart"], "no-var": "error" },
   },
   {
-    files: ["static/corrective/**/*.js", "static/researcher/**/*.js"],
+    files: ["static/corrective/**/*.js"],
+    languageOptions: { ecmaVersion: 2022, sourceType: "module", globals: { ...globals.browser } },
+    rules: { "no-unused-vars": ["error", { args: "none" }], eqeqeq: ["error", "smart"] },
+  },
+  {
+    files: ["static/researcher/**/*.js"],
     languageOptions: { ecmaVersion: 2022, sourceType: "script", globals: { ...globals.browser } },
     rules: { "no-unused-vars": ["error", { args: "none" }], eqeqeq: ["error", "smart"] },
   },

@@ -6,20 +6,21 @@ id), otherwise starts (or resumes) the worker's session with ``session_start`` a
 page ``/a/<session token>/``. No cookie is read or set: the token travels in the URL, so the pages work in
 MTurk's frame. MTurk responses are frameable by the MTurk hosts only (``collector.platforms.framing``).
 
-``/platform-exit/<session token>/`` does the adapter's finish action on the server (show the code; show
-the code and then redirect to Prolific; auto-post to MTurk's externalSubmit) for a finished session.
+``/platform-exit/<session token>/`` shows a finished session the players' end screen (the shared include
+``_end_screens.html``: the code, its Copy button, the same words) and does the adapter's finish action with the
+players' own finish step (``static/player/exit.js`` runs ``runFinishAction`` of ``static/player/ui.js``: show the
+code; show it and then redirect to Prolific once Prolific answers; auto-post to MTurk's externalSubmit). The
+screen is rendered on the server, so the code is there without JavaScript too (then a plain refresh, or a
+submit button, does the finish action).
 """
 
 from __future__ import annotations
 
 import logging
 
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import mark_safe
-from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -35,20 +36,8 @@ from .devices import device_from_headers
 logger = logging.getLogger(__name__)
 
 DEVICES = ("pc", "mobile")
-#: Seconds the exit page shows the completion code before it redirects (Prolific).
+#: Seconds the exit page shows the completion code before it redirects (Prolific) or posts (MTurk).
 REDIRECT_AFTER_S = 5
-# The exit page's redirect (static/player/ui.js does the same in the player): after the delay, an opaque
-# request to the platform's origin (no cookies, nothing read); the page moves on only if it answers.
-EXIT_SCRIPT = """<script>
-setTimeout(function () {
-  var url = document.getElementById("platform-return").href;
-  var controller = new AbortController();
-  setTimeout(function () { controller.abort(); }, 8000);
-  fetch(new URL(url).origin + "/", {mode: "no-cors", credentials: "omit", cache: "no-store", signal: controller.signal})
-    .then(function () { window.location.href = url; },
-          function () { document.getElementById("platform-unreachable").hidden = false; });
-}, %(delay_ms)d);
-</script>"""
 
 
 def _message(request, *, title: str, message: str, status: int, frameable: bool = False):
@@ -175,7 +164,7 @@ def mturk_entry(request, study_id: int, device: str):
 @never_cache
 @require_GET
 def platform_exit(request, token: str):
-    """The finish action of a finished session, done by the server (frameable for framed platforms)."""
+    """The end screen of a finished session, then its platform's finish action (frameable for framed platforms)."""
     try:
         session_id = session_token_read(token=token)
     except TokenInvalid as exc:
@@ -189,64 +178,14 @@ def platform_exit(request, token: str):
             status=409,
         )
     action = get_adapter(session.study.platform).finish_action(session=session)
-    if action.kind == "redirect":
-        # The code first, then the redirect, and only to a platform that answers (EXIT_SCRIPT): if it
-        # cannot be reached the participant stays here with the code instead of on a browser error page.
-        # Without JavaScript, a plain refresh.
-        html = format_html(
-            "<!doctype html><html lang='{}'><head><meta charset='utf-8'><title>{}</title>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            "<noscript><meta http-equiv='refresh' content='{};url={}'></noscript></head><body>"
-            "<main class='message'><h1>{}</h1><p>{} <strong id='completion-code'>{}"
-            "</strong></p><p>{}</p><p id='platform-unreachable' hidden><b>{}</b></p></main>{}</body></html>",
-            get_language(),
-            _("Thank you!"),
-            REDIRECT_AFTER_S,
-            action.url,
-            _("Thank you!"),
-            _("Your completion code:"),
-            action.code,
-            format_html(
-                _(
-                    "Write it down: you are taken back to the platform in a few seconds. If that does not "
-                    "happen, {link_start}continue here{link_end}, or enter the code on the platform."
-                ),
-                link_start=format_html("<a id='platform-return' href='{}'>", action.url),
-                link_end=mark_safe("</a>"),
-            ),
-            _(
-                "The platform could not be reached, so you stay on this page. Copy the code above and enter "
-                "it on the platform, or use the link on this page once your connection works."
-            ),
-            mark_safe(EXIT_SCRIPT % {"delay_ms": REDIRECT_AFTER_S * 1000}),
-        )
-        return _html(html)
-    if action.kind == "auto_post":
-        inputs = format_html_join("", '<input type="hidden" name="{}" value="{}">', action.fields.items())
-        html = format_html(
-            "<!doctype html><html lang='{}'><head><meta charset='utf-8'><title>{}</title></head><body>"
-            "<form id='platform-submit' method='post' action='{}'>{}"
-            "<p>{} <strong>{}</strong></p><button type='submit'>{}</button></form>"
-            "<script>document.getElementById('platform-submit').submit();</script></body></html>",
-            get_language(),
-            _("Submitting"),
-            action.url,
-            inputs,
-            _("Your code:"),
-            action.code,
-            _("Submit the task"),
-        )
-        return _html(html)
-    return _message(
+    response = render(
         request,
-        title=_("Thank you!"),
-        message=_("Your completion code: %(code)s. Copy it into the task on the platform and submit.")
-        % {"code": action.code},
-        status=200,
+        "annotation_ui/platform_exit.html",
+        {
+            "action": action,
+            "redirect_after_s": REDIRECT_AFTER_S,
+            "exit_payload": {"finish": action.as_dict(), "redirect_delay_ms": REDIRECT_AFTER_S * 1000},
+        },
     )
-
-
-def _html(html: str):
-    response = HttpResponse(html)
     response["Cache-Control"] = "no-store"
     return response

@@ -22,7 +22,7 @@ import { backoffMs, decodeBlob, deferred, loadBitmap, sleep, streamBundle } from
 import { classify, Outbox, postJson } from "./outbox.js";
 import { PHASES, PhaseClock } from "./phases.js";
 import { RefreshMeter } from "./refresh.js";
-import { fail, gettext, interpolate, notice, runFinishAction, show, textBitmap } from "./ui.js";
+import { bindCopyButton, fail, gettext, interpolate, notice, runFinishAction, show, textBitmap } from "./ui.js";
 
 const payload = JSON.parse(document.getElementById("player-payload").textContent);
 const PREVIEW = payload.mode === "preview";
@@ -547,17 +547,7 @@ $("start-button").addEventListener("click", () => {
   show("screen-trial");
   startTrial();
 });
-$("copy-code").addEventListener("click", () => {
-  const element = $("completion-code");
-  const copied = () => { $("copy-code").textContent = gettext("Copied"); };
-  // Plain http on a LAN has no navigator.clipboard: then the code is selected and copied the old way, and
-  // stays selected for the participant's own copy.
-  const byHand = () => {
-    window.getSelection().selectAllChildren(element);
-    try { if (document.execCommand("copy")) { copied(); } } catch { /* selected: copy by hand */ }
-  };
-  if (navigator.clipboard) { navigator.clipboard.writeText(element.textContent).then(copied, byHand); } else { byHand(); }
-});
+bindCopyButton();
 window.addEventListener("online", () => { if (outbox) { outbox.pump(); } });
 
 boot();

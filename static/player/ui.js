@@ -8,9 +8,12 @@ export function interpolate(format, values) {
 }
 
 const $ = (id) => document.getElementById(id);
-const SCREENS = ["screen-instructions", "screen-trial", "screen-saving", "screen-done", "screen-error"];
 
-export function show(id) { SCREENS.forEach((name) => { $(name).hidden = name !== id; }); }
+/** Shows the screen ``id`` and hides the page's other ``.screen`` sections (each page has its own set: the
+ *  timed player, the corrective player, the exit page). */
+export function show(id) {
+  document.querySelectorAll(".screen").forEach((screen) => { screen.hidden = screen.id !== id; });
+}
 
 export function fail(message) {
   $("error-text").textContent = message;
@@ -58,6 +61,21 @@ export function textBitmap(text, width, height) {
 function showCode(code) {
   $("done-code").hidden = !code;
   $("completion-code").textContent = code || "";
+}
+
+/** The end screen's Copy button (templates/annotation_ui/_end_screens.html) puts the code on the clipboard.
+ *  Plain http on a LAN has no navigator.clipboard: then the code is selected and copied the old way, and
+ *  stays selected for the participant's own copy. */
+export function bindCopyButton() {
+  $("copy-code").addEventListener("click", () => {
+    const element = $("completion-code");
+    const copied = () => { $("copy-code").textContent = gettext("Copied"); };
+    const byHand = () => {
+      window.getSelection().selectAllChildren(element);
+      try { if (document.execCommand("copy")) { copied(); } } catch { /* selected: copy by hand */ }
+    };
+    if (navigator.clipboard) { navigator.clipboard.writeText(element.textContent).then(copied, byHand); } else { byHand(); }
+  });
 }
 
 /** Whether the server of ``url`` answers at all: an opaque request to its origin (no cookies, nothing
@@ -116,6 +134,6 @@ export function runFinishAction(action, state, { redirectDelayMs = 2500, probeTi
     document.body.appendChild(form);
     setTimeout(() => form.submit(), redirectDelayMs);
   } else {
-    $("done-text").textContent = gettext("Enter this code where the task asks for it.");
+    $("done-text").textContent = action.code ? gettext("Enter this code where the task asks for it.") : "";
   }
 }

@@ -7,6 +7,7 @@ startEnabledAt) read-only, so the driver knows when a phase is on screen.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,14 @@ PHONE = {
     ),
 }
 LAYOUTS = {"desktop": DESKTOP, "phone": PHONE}
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released): connections to it are refused, as to a
+    platform that cannot be reached."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @dataclass

@@ -243,3 +243,52 @@ def test_a_refused_corrective_click_is_not_retried_is_shown_and_reported(chromiu
     assert [(p["endpoint"], p["status"], p["position"]) for p in problems] == [("corrective/click", 409, 0)]
     assert "takes no more work" in problems[0]["message"]
     assert not CorrectiveClick.objects.filter(item__session=session).exists()
+
+
+def test_the_corrective_end_is_the_timed_players_when_the_platform_cannot_be_reached(
+    chromium, player_server, tmp_path, settings
+):
+    """The corrective player ends with the timed player's finish step (static/player/ui.js): the code on
+    screen with a Copy button that works, and Prolific's redirect only once Prolific answers (ui.js's
+    ``platformReachable``); Prolific cannot be reached here, so the worker stays with the code and is told
+    what to do. The session is worked through the services (the end is what is tested)."""
+    from collector.services.corrective import (
+        corrective_item_skip,
+        corrective_items_ensure,
+        corrective_session_finish,
+        corrective_update_apply,
+    )
+    from collector.services.sessions import session_start
+    from collector.services.tokens import session_token_make
+    from tests.factories import make_worker
+
+    from .driver import SCREENSHOT_DIR, closed_port
+
+    dead = f"http://127.0.0.1:{closed_port()}/submissions/complete"
+    settings.PROLIFIC_COMPLETE_URL = dead
+    dataset = make_dataset(tmp_path, n_images=2, size=(160, 120))
+    study = make_study(dataset, publish=True, kind="corrective", platform="prolific", batch_size=2, quota_pc=1,
+                       quota_mobile=1, platform_config={"prolific_completion_code": "C0RR3CT1"})  # fmt: skip
+    session = session_start(study=study, worker=make_worker(platform="prolific"), device="pc",
+                            platform_assignment_id="sub-1")  # fmt: skip
+    for item in corrective_items_ensure(session=session, send=False):
+        corrective_update_apply(item_id=item.pk, round_number=0)
+        corrective_item_skip(session=session, item_id=item.pk)
+    corrective_session_finish(session_id=session.pk)
+    context = chromium.new_context(**DESKTOP)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=player_server.url)
+    page = context.new_page()
+    try:
+        player_url = f"{player_server.url}/a/{session_token_make(session_id=session.pk)}/"
+        page.goto(player_url)
+        page.wait_for_function("() => window.clicklabCorrective.redirectFailed", timeout=20_000)
+        assert page.url == player_url and page.inner_text("#completion-code") == "C0RR3CT1"
+        assert "could not be reached" in page.inner_text("#done-text")
+        assert page.get_attribute("#done-link", "href") == f"{dead}?cc=C0RR3CT1"
+        page.click("#copy-code")
+        page.wait_for_function("() => document.getElementById('copy-code').textContent === 'Copied'")
+        assert page.evaluate("() => navigator.clipboard.readText()") == "C0RR3CT1"
+        SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT_DIR / "corrective-prolific-unreachable.png"))
+    finally:
+        context.close()

@@ -59,7 +59,7 @@ def test_exit_page_performs_the_finish_action(tmp_path):
     session = complete_session(session)
     page = client.get(f"/platform-exit/{token}/")
     html = page.content.decode()
-    assert "action='https://www.mturk.com/mturk/externalSubmit'" in html
+    assert 'action="https://www.mturk.com/mturk/externalSubmit"' in html  # the form without JavaScript
     assert f'name="completion_code" value="{session.completion_code}"' in html
     assert 'name="assignmentId" value="A9"' in html
     assert "frame-ancestors" in page["Content-Security-Policy"]

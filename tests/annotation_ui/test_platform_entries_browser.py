@@ -6,7 +6,6 @@ player_server's localhost:<port>), which also receives the externalSubmit POST (
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,8 +14,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from collector.models import Session
+from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make, session_token_read
-from tests.factories import complete_session, make_dataset, make_study
+from tests.annotation_ui.driver import closed_port
+from tests.factories import complete_session, make_dataset, make_study, make_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -114,20 +115,13 @@ def test_prolific_entry_and_redirect_exit(chromium, player_server, pages):
     context.close()
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released): connections to it are refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_prolific_unreachable_keeps_the_code_on_screen(chromium, player_server, pages, settings):
     """Prolific's completion URL cannot be reached: the participant is not sent to a browser error page
     but stays with the code, which the page says to copy and enter on Prolific; the player and the
     server's exit page alike."""
     from tests.annotation_ui.driver import SCREENSHOT_DIR
 
-    dead = f"http://127.0.0.1:{_closed_port()}/submissions/complete"
+    dead = f"http://127.0.0.1:{closed_port()}/submissions/complete"
     settings.PROLIFIC_COMPLETE_URL = dead
     study = _study(pages, "prolific", prolific_study_id="ps-1", prolific_completion_code="C1A2B3C4")
     context = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
@@ -153,9 +147,75 @@ def test_prolific_unreachable_keeps_the_code_on_screen(chromium, player_server, 
 
     exit_page = f"{player_server.url}/platform-exit/{session_token_make(session_id=session.pk)}/"
     page.goto(exit_page)
-    page.wait_for_selector("#platform-unreachable:not([hidden])", timeout=20000)
+    page.wait_for_function("() => window.clicklabExit.redirectFailed === true", timeout=20000)
     assert page.url == exit_page and page.inner_text("#completion-code") == "C1A2B3C4"
+    assert "could not be reached" in page.inner_text("#done-text")
+    assert page.get_attribute("#done-link", "href") == f"{dead}?cc=C1A2B3C4" and page.is_visible("#done-link")
     page.screenshot(path=str(SCREENSHOT_DIR / "platform-exit-prolific-unreachable.png"))
+    context.close()
+
+
+#: What a page looks like without ``navigator.clipboard`` (plain http on a LAN): the Copy button's fallback.
+NO_CLIPBOARD_API = "Object.defineProperty(Navigator.prototype, 'clipboard', {get: () => undefined});"
+
+
+@pytest.mark.parametrize(
+    ("size", "clipboard_api"),
+    [({"width": 1280, "height": 800}, True), ({"width": 360, "height": 640}, False)],
+    ids=["desktop", "phone"],
+)
+def test_the_exit_page_is_the_players_end_screen(
+    chromium, player_server, pages, settings, size, clipboard_api
+):
+    """The server's exit page looks like the player's end screen (its stylesheet, the code in large type with
+    a Copy button that works, its words) on a desktop and on a 360 px phone, with nothing wider than the
+    screen; where the browser has no clipboard API the button selects the code for a copy by hand."""
+    from tests.annotation_ui.driver import SCREENSHOT_DIR
+
+    settings.PROLIFIC_COMPLETE_URL = f"http://127.0.0.1:{closed_port()}/submissions/complete"
+    study = _study(pages, "prolific", prolific_study_id="ps-1", prolific_completion_code="C1A2B3C4")
+    session = complete_session(
+        session_start(
+            study=study, worker=make_worker(platform="prolific"), device="pc", platform_assignment_id="sub-1"
+        )  # fmt: skip
+    )
+    phone = size["width"] < 600
+    context = chromium.new_context(viewport=size, is_mobile=phone, has_touch=phone)
+    if clipboard_api:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=player_server.url)
+    else:
+        context.add_init_script(NO_CLIPBOARD_API)
+    page = context.new_page()
+    page.goto(f"{player_server.url}/platform-exit/{session_token_make(session_id=session.pk)}/")
+    assert page.is_visible("#screen-done") and page.inner_text("#completion-code") == "C1A2B3C4"
+    assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") == "rgb(31, 32, 35)"
+    code_px = page.evaluate(
+        "() => parseFloat(getComputedStyle(document.getElementById('completion-code')).fontSize)"
+    )
+    assert code_px >= 1.5 * 16  # large type: player.css's 1.6rem
+    page.wait_for_function("() => window.clicklabExit.redirectFailed === true", timeout=20000)
+
+    page.click("#copy-code")
+    if clipboard_api:
+        page.wait_for_function("() => document.getElementById('copy-code').textContent === 'Copied'")
+        assert page.evaluate("() => navigator.clipboard.readText()") == "C1A2B3C4"
+    else:
+        assert page.evaluate("() => navigator.clipboard") is None
+        assert page.evaluate("() => window.getSelection().toString()") == "C1A2B3C4"
+
+    overflow = page.evaluate(
+        """() => {
+          const width = document.documentElement.clientWidth;
+          const wide = [...document.querySelectorAll("#screen-done, #screen-done *")].filter((element) => {
+            const box = element.getBoundingClientRect();
+            return box.width > 0 && (box.left < 0 || box.right > width + 0.5);
+          });
+          return {scroll: document.documentElement.scrollWidth - width, wide: wide.map((e) => e.id || e.tagName)};
+        }"""
+    )
+    assert overflow == {"scroll": 0, "wide": []}
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT_DIR / f"platform-exit-{'phone' if phone else 'desktop'}.png"))
     context.close()
 
 
@@ -199,6 +259,13 @@ def test_mturk_in_a_cross_origin_iframe_without_cookies(chromium, player_server,
             },
         }
     ]
+    # The server's exit page, in the frame too, shows the code and then makes the same post.
+    player.goto(f"{player_server.url}/platform-exit/{session_token_make(session_id=session.pk)}/")
+    assert player.inner_text("#completion-code") == fake_mturk.posts[0]["fields"]["completion_code"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(fake_mturk.posts) < 2:
+        time.sleep(0.1)
+    assert fake_mturk.posts[1] == fake_mturk.posts[0]
     assert context.cookies() == []  # nothing inside the frame set (or needed) a cookie
     context.close()
 

@@ -35,7 +35,11 @@ def test_the_exit_page_shows_the_code_then_redirects(finished):
     response = Client().get(f"/platform-exit/{session_token_make(session_id=finished.pk)}/")
     page = response.content.decode()
     assert response.status_code == 200  # a page, not a bare 303: the code is on screen first
-    assert "<strong id='completion-code'>C1A2B3C4</strong>" in page
-    assert "content='5;url=https://app.prolific.com/submissions/complete?cc=C1A2B3C4'" in page
-    assert "href='https://app.prolific.com/submissions/complete?cc=C1A2B3C4'" in page
+    # the players' end screen (the shared include, their stylesheet and script), shown without any script
+    assert '<section id="screen-done" class="screen centered">' in page
+    assert '<code id="completion-code">C1A2B3C4</code>' in page and 'id="copy-code"' in page
+    assert "player/player.css" in page and "player/exit.js" in page
+    assert "You are taken back to the platform in a few seconds" in page
+    assert 'content="5;url=https://app.prolific.com/submissions/complete?cc=C1A2B3C4"' in page
+    assert 'href="https://app.prolific.com/submissions/complete?cc=C1A2B3C4"' in page
     assert "no-store" in response["Cache-Control"]

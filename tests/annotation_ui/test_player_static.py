@@ -27,3 +27,7 @@ def test_player_modules_get_hashed_names_and_load_each_other_by_them(tmp_path, s
     assert sorted(imported) == sorted(
         manifest[f"player/{n}.js"].split("/")[1] for n in modules if n != "main"
     )
+    exit_page = (tmp_path / manifest["player/exit.js"]).read_text()  # the platforms' exit page
+    assert re.findall(r'from "\./([^"]+)";', exit_page) == [manifest["player/ui.js"].split("/")[1]]
+    corrective = (tmp_path / manifest["corrective/corrective.js"]).read_text()  # from its own folder
+    assert re.findall(r'from "([^"]+)";', corrective) == [f"../{manifest['player/ui.js']}"]
