@@ -231,10 +231,16 @@ class Presented(AnnotatorView):
         responses={200: contract.PresentedOut, **ERRORS, **REFUSED},
     )
     def post(self, request, token: str):
-        session = session_from_token(token)
+        # Like the click: the token names the session, and the service reads what it needs itself.
+        try:
+            session_id = session_token_read(token=token)
+        except TokenInvalid as exc:
+            raise Http404(str(exc)) from None
         data = self.input(contract.PresentedIn)
         try:
-            result = trial_presented_record(session=session, **data)
+            result = trial_presented_record(session_id=session_id, **data)
+        except Session.DoesNotExist:
+            raise Http404(_("session not found.")) from None
         except PresentationRefused as exc:
             raise InputRefused(
                 str(exc), field=None, status_code=409, reason=exc.reason, position=data["position"]

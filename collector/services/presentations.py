@@ -31,13 +31,16 @@ Send it once per showing (a new ``presentation_id`` after a reload; the same one
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from collector.models import Session, Trial
+from collector.models import Click, Session, Trial
+from collector.services.prepared import prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -87,19 +90,29 @@ def trial_server_flags(*, trial: Trial) -> list[str]:
     return [REPLAY_FLAG] if shown > 1 else []
 
 
-def trial_presented_record(*, session: Session, position: int, presentation_id: str) -> dict:
-    """Record that the player is about to show the trial at ``position``; see the module docstring.
+def trial_presented_record(*, session_id: int, position: int, presentation_id: str) -> dict:
+    """Record that the player is about to show the trial at ``position`` of session ``session_id``; see the
+    module docstring.
 
     Returns ``{"position", "presentations", "replayed"}``. Raises PresentationRefused (session finished
-    or expired, trial already clicked), or ValueError for a malformed ``presentation_id`` / unknown
-    position (the message names it)."""
+    or expired, trial already clicked), ValueError for a malformed ``presentation_id`` / unknown position
+    (the message names it), Session.DoesNotExist.
+
+    The common case (a running session, a trial without a click, a new presentation id) is one prepared
+    UPDATE on PostgreSQL (``_record_new_presentation``); everything else, and SQLite, takes the locked
+    path below, which gives the precise refusal or the idempotent answer to a retried report."""
     key = str(presentation_id or "").strip()
     if not key or len(key) > MAX_PRESENTATION_ID:
         raise ValueError(
             f"presentation_id must be 1-{MAX_PRESENTATION_ID} characters; got {presentation_id!r}."
         )
+    if connection.vendor == "postgresql":
+        recorded = _record_new_presentation(session_id=session_id, position=position, key=key)
+        if recorded is not None:
+            trial_id, count = recorded
+            return _presented(session_id=session_id, trial_id=trial_id, position=position, shown=count)
     with transaction.atomic():
-        locked = Session.objects.select_for_update(no_key=True).get(pk=session.pk)
+        locked = Session.objects.select_for_update(no_key=True).get(pk=session_id)
         session_work_check(session=locked)
         trial = (
             Trial.objects.select_for_update(no_key=True, of=("self",))
@@ -124,10 +137,69 @@ def trial_presented_record(*, session: Session, position: int, presentation_id: 
                 trial.flags = sorted(set(trial.flags or []) | set(server_flags))
                 fields.append("flags")
             trial.save(update_fields=fields)
-    replayed = len(shown) > 1
+    return _presented(session_id=session_id, trial_id=trial.pk, position=position, shown=len(shown))
+
+
+def _presented(*, session_id: int, trial_id: int, position: int, shown: int) -> dict:
+    replayed = shown > 1
     if replayed:
         logger.info(
-            "trial replayed",
-            extra={"session_id": session.pk, "trial_id": trial.pk, "presentations": len(shown)},
+            "trial replayed", extra={"session_id": session_id, "trial_id": trial_id, "presentations": shown}
         )
-    return {"position": position, "presentations": len(shown), "replayed": replayed}
+    return {"position": position, "presentations": shown, "replayed": replayed}
+
+
+def _record_new_presentation(*, session_id: int, position: int, key: str) -> tuple[int, int] | None:
+    """PostgreSQL: append presentation ``key`` to the trial at ``position`` in one statement, under exactly
+    the conditions the locked path appends it (the session neither finished nor expired, the trial without a
+    click, ``key`` not there yet, fewer than MAX_PRESENTATIONS), adding the ``replayed`` flag the way
+    ``trial_server_flags`` and the locked path do (sorted, by code point). Returns (trial id, presentations
+    now), or None when the statement changed nothing: then the locked path decides. The UPDATE locks only the
+    trial row; a finish racing it cannot lose anything, as finishing needs every trial's click and a trial
+    with a click is never updated here."""
+    now = timezone.now()
+    params = {
+        "key": key,
+        "at": now.isoformat(),
+        "session": session_id,
+        "position": position,
+        "finished": Session.Status.FINISHED.value,
+        "expired": Session.Status.EXPIRED.value,
+        "now": now,
+        "most": MAX_PRESENTATIONS,
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_new_presentation_sql(), params)
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+@functools.cache
+def _new_presentation_sql() -> str:
+    """The statement of ``_record_new_presentation`` (PostgreSQL), built once from the models' metadata."""
+    trial, session, click = (model._meta for model in (Trial, Session, Click))
+    quote = connection.ops.quote_name
+
+    def col(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    shown = f"COALESCE(t.{col(trial, 'presentations')}, '[]'::jsonb)"
+    flags = f"COALESCE(t.{col(trial, 'flags')}, '[]'::jsonb)"
+    replay = json.dumps([REPLAY_FLAG])
+    return (
+        f"UPDATE {quote(trial.db_table)} AS t SET "
+        f"{col(trial, 'presentations')} = {shown} || jsonb_build_array(jsonb_build_object("
+        f"'id', %(key)s::text, 'at', %(at)s::text)), "
+        f"{col(trial, 'flags')} = CASE WHEN jsonb_array_length({shown}) >= 1 AND NOT {flags} @> '{replay}'::jsonb "
+        f"THEN (SELECT jsonb_agg(flag ORDER BY flag COLLATE \"C\") FROM (SELECT DISTINCT "
+        f"jsonb_array_elements_text({flags} || '{replay}'::jsonb) AS flag) AS merged) "
+        f"ELSE t.{col(trial, 'flags')} END "
+        f"FROM {quote(session.db_table)} AS s "
+        f"WHERE t.{col(trial, 'session')} = %(session)s AND t.{col(trial, 'position')} = %(position)s "
+        f"AND s.{col(session, 'id')} = t.{col(trial, 'session')} "
+        f"AND s.{col(session, 'status')} NOT IN (%(finished)s, %(expired)s) AND s.{col(session, 'expires_at')} > %(now)s "
+        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} AS c WHERE c.{col(click, 'trial')} = t.{col(trial, 'id')}) "
+        f"AND jsonb_array_length({shown}) < %(most)s "
+        f"AND NOT {shown} @> jsonb_build_array(jsonb_build_object('id', %(key)s::text)) "
+        f"RETURNING t.{col(trial, 'id')}, jsonb_array_length(t.{col(trial, 'presentations')})"
+    )  # fmt: skip

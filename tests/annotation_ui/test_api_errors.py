@@ -29,9 +29,9 @@ def test_a_bad_or_unknown_token_gets_the_apis_json_404_on_every_endpoint(setting
             ("get", "state"), ("post", "client"), ("post", "click"), ("post", "finish"), ("post", "presented"),
             ("get", "stimulus/0/display/x.webp"), ("get", "stimuli/abc.bin"),
         ):  # fmt: skip
-            # the click endpoint reads the session after validating the body (its hot path), so it gets a
-            # well-formed click: a token naming no session is still a 404
-            body = _CLICK if path == "click" else None
+            # the click and presented endpoints read the session after validating the body (their hot path),
+            # so they get a well-formed body: a token naming no session is still a 404
+            body = {"click": _CLICK, "presented": {"position": 0, "presentation_id": "p-0"}}.get(path)
             response = getattr(client, method)(
                 f"/api/annotator/{token}/{path}", data=body, content_type="application/json"
             )

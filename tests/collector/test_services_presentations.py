@@ -142,8 +142,49 @@ def test_a_forged_token_is_404(session):
 
 def test_presentations_are_bounded(session):
     for index in range(30):
-        trial_presented_record(session=session, position=3, presentation_id=f"p{index}")
+        trial_presented_record(session_id=session.pk, position=3, presentation_id=f"p{index}")
     assert len(Trial.objects.get(session=session, position=3).presentations) == 20
+
+
+def test_a_new_showing_is_one_statement_on_postgresql_and_stores_what_the_locked_path_stores(session):
+    """The common report is one prepared UPDATE on PostgreSQL (no transaction block, no session lock): the
+    same presentations, the same ``replayed`` flag merged into the client's flags in code-point order (as
+    Python's ``sorted``; "a_b" sorts before "ab" there, not under a language collation), the same answer.
+    On SQLite (and for every refusal or retry) the locked path answers; this test runs on both."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Trial.objects.filter(session=session, position=2).update(flags=["tab_hidden", "ab", "a_b", "ab"])
+    with CaptureQueriesContext(connection) as first:
+        assert trial_presented_record(session_id=session.pk, position=2, presentation_id="one") == {
+            "position": 2, "presentations": 1, "replayed": False,
+        }  # fmt: skip
+    trial = Trial.objects.get(session=session, position=2)
+    assert [entry["id"] for entry in trial.presentations] == ["one"]
+    assert timezone.now() - timezone.datetime.fromisoformat(trial.presentations[0]["at"]) < timedelta(
+        seconds=60
+    )
+    assert trial.flags == ["tab_hidden", "ab", "a_b", "ab"]  # one showing: nothing to add, left as it was
+    with CaptureQueriesContext(connection) as second:
+        assert trial_presented_record(session_id=session.pk, position=2, presentation_id="two") == {
+            "position": 2, "presentations": 2, "replayed": True,
+        }  # fmt: skip
+    trial = Trial.objects.get(session=session, position=2)
+    assert [entry["id"] for entry in trial.presentations] == ["one", "two"]
+    assert (
+        trial.flags
+        == sorted({"tab_hidden", "ab", "a_b", "replayed"})
+        == ["a_b", "ab", "replayed", "tab_hidden"]
+    )
+    assert (
+        trial_presented_record(session_id=session.pk, position=2, presentation_id="three")["presentations"]
+        == 3
+    )
+    assert Trial.objects.get(pk=trial.pk).flags == ["a_b", "ab", "replayed", "tab_hidden"]  # already there
+    if connection.vendor == "postgresql":
+        for captured in (first, second):
+            statements = [query["sql"] for query in captured.captured_queries]
+            assert len(statements) == 1 and statements[0].startswith("UPDATE"), statements
 
 
 def test_a_link_worker_is_recognised_on_the_next_visit_of_the_same_study():
