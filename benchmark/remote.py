@@ -33,7 +33,7 @@ import pandas as pd
 
 from benchmark.datasets import Dataset, SampleKey
 from benchmark.maskcodec import encode_png, encode_rle
-from benchmark.session import REPORT_COLUMNS, SessionStateError, SubmitResult
+from benchmark.session import REPORT_COLUMNS, SessionStateError, SubmitResult, session_files_write
 from segmenters.base import Click
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -349,13 +349,7 @@ class RemoteClickSession:
         return self._summary
 
     def _write_files(self, directory: Path, *, suffix: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        stem = directory / f"clicksession_{self.session_id}"
-        self.get_report().to_csv(stem.with_name(stem.name + f"{suffix}.csv"), index=False)
-        if self._summary is not None:
-            stem.with_name(stem.name + f"{suffix}.json").write_text(
-                json.dumps(self._summary, indent=1), encoding="utf-8"
-            )
+        session_files_write(directory, self.session_id, self.get_report(), self._summary, suffix=suffix)
 
 
 def _nan_back(value):

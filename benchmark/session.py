@@ -487,13 +487,21 @@ class ClickSession:
         return summary
 
     def _write_files(self, directory: Path, *, suffix: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        stem = directory / f"clicksession_{self.session_id}"
-        self.get_report().to_csv(stem.with_name(stem.name + f"{suffix}.csv"), index=False)
-        if self._summary is not None:
-            stem.with_name(stem.name + f"{suffix}.json").write_text(
-                json.dumps(self._summary, indent=1), encoding="utf-8"
-            )
+        session_files_write(directory, self.session_id, self.get_report(), self._summary, suffix=suffix)
+
+
+def session_files_write(
+    directory: Path, session_id: str | None, report: pd.DataFrame, summary: dict | None, *, suffix: str
+) -> None:
+    """A session's files in ``directory`` (created): ``clicksession_<id><suffix>.csv``, the report, and, once
+    there is a summary, ``clicksession_<id><suffix>.json``. The local and the remote session write the same."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = directory / f"clicksession_{session_id}"
+    report.to_csv(stem.with_name(stem.name + f"{suffix}.csv"), index=False)
+    if summary is not None:
+        stem.with_name(stem.name + f"{suffix}.json").write_text(
+            json.dumps(summary, indent=1), encoding="utf-8"
+        )
 
 
 def _map_name(map_fn) -> str:

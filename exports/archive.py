@@ -18,6 +18,15 @@ from exports.rclicks import RClicksExport, rclicks_export
 _STORED_SUFFIXES = {".png"}
 
 
+def _folder_zip(folder: str, handle: IO[bytes]) -> None:
+    """Every file under ``folder`` into a zip written to ``handle``, by its path relative to ``folder``."""
+    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(Path(folder).rglob("*")):
+            if path.is_file():
+                kind = zipfile.ZIP_STORED if path.suffix.lower() in _STORED_SUFFIXES else None
+                archive.write(path, path.relative_to(folder).as_posix(), compress_type=kind)
+
+
 def rclicks_zip_write(
     *, study_ids: list[int], include_invalid: bool = False, previews: bool | None = None
 ) -> tuple[IO[bytes], RClicksExport]:
@@ -28,11 +37,7 @@ def rclicks_zip_write(
             result = rclicks_export(
                 study_ids=study_ids, out_dir=folder, include_invalid=include_invalid, previews=previews
             )
-            with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                for path in sorted(Path(folder).rglob("*")):
-                    if path.is_file():
-                        kind = zipfile.ZIP_STORED if path.suffix.lower() in _STORED_SUFFIXES else None
-                        archive.write(path, path.relative_to(folder).as_posix(), compress_type=kind)
+            _folder_zip(folder, handle)
     except BaseException:
         handle.close()
         raise
@@ -64,11 +69,7 @@ def corrective_zip_write(*, study_id: int) -> tuple[IO[bytes], object]:
     try:
         with tempfile.TemporaryDirectory(prefix="clicklab-corrective-") as folder:
             result = corrective_export(study_id=study_id, out_dir=folder)
-            with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                for path in sorted(Path(folder).rglob("*")):
-                    if path.is_file():
-                        kind = zipfile.ZIP_STORED if path.suffix.lower() in _STORED_SUFFIXES else None
-                        archive.write(path, path.relative_to(folder).as_posix(), compress_type=kind)
+            _folder_zip(folder, handle)
     except BaseException:
         handle.close()
         raise
