@@ -15,6 +15,7 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connection, models, transaction
 from django.utils import timezone
@@ -358,39 +359,52 @@ def _hot_query() -> tuple[str, list]:
     return _hot_query_cache[connection.vendor]
 
 
-def _session_trials(session_id: int) -> list[Trial]:
-    """Every trial of the session (by position) with its session and study, and the id and key of its click
-    if any (``click_pk``, ``click_key``): one statement, no lock. The instances hold only the fields the click
-    path reads (see ``_HOT_*_FIELDS``); all trials share one Session and one Study instance. Raises
-    Session.DoesNotExist when the session has no trials (it does not exist)."""
+class _TrialRow(NamedTuple):
+    """What the click path needs of every trial of the session (the one clicked is a Trial instance too)."""
+
+    pk: int
+    position: int
+    click_pk: int | None
+    click_key: str | None
+
+
+def _session_trials(session_id: int, position: int) -> tuple[Session, list[_TrialRow], Trial | None]:
+    """The session (with its study), every trial's id, position and click id and key (by position), and the
+    trial at ``position`` as a Trial instance with ``click_pk`` and ``click_key`` (None if there is none):
+    one prepared statement, no lock. The instances hold only the fields the click path reads (see
+    ``_HOT_*_FIELDS``); the other trials stay tuples (no model instance, their ``presentations`` never
+    decoded). Raises Session.DoesNotExist when the session has no trials (it does not exist)."""
     sql, columns = _hot_query()
     with prepared_cursor() as cursor:
         cursor.execute(sql, [session_id])
         rows = cursor.fetchall()
     if not rows:
         raise Session.DoesNotExist(f"session {session_id} does not exist.")
-    values = []
-    for row in rows:
-        converted = []
-        for value, (col, converters) in zip(row, columns, strict=True):
+
+    def converted(row, first: int, last: int) -> list:
+        values = []
+        for value, (col, converters) in zip(row[first:last], columns[first:last], strict=True):
             for converter in converters:
                 value = converter(value, col, connection)
-            converted.append(value)
-        values.append(converted)
+            values.append(value)
+        return values
+
     n_trial, n_session = len(_HOT_TRIAL_FIELDS), len(_HOT_SESSION_FIELDS)
-    first = values[0]
-    study = Study.from_db(connection.alias, _HOT_STUDY_FIELDS, first[n_trial + 2 + n_session :])
-    session = Session.from_db(
-        connection.alias, _HOT_SESSION_FIELDS, first[n_trial + 2 : n_trial + 2 + n_session]
-    )
+    ends = (n_trial, n_trial + 2, n_trial + 2 + n_session, len(columns))
+    head = rows[0]
+    study = Study.from_db(connection.alias, _HOT_STUDY_FIELDS, converted(head, ends[2], ends[3]))
+    session = Session.from_db(connection.alias, _HOT_SESSION_FIELDS, converted(head, ends[1], ends[2]))
     session.study = study
-    trials = []
-    for row in values:
-        trial = Trial.from_db(connection.alias, _HOT_TRIAL_FIELDS, row[:n_trial])
-        trial.session = session
-        trial.click_pk, trial.click_key = row[n_trial], row[n_trial + 1]
-        trials.append(trial)
-    return trials
+    at_id, at_position = _HOT_TRIAL_FIELDS.index("id"), _HOT_TRIAL_FIELDS.index("position")
+    trials = [_TrialRow(row[at_id], row[at_position], row[n_trial], row[n_trial + 1]) for row in rows]
+    trial = None
+    for row, light in zip(rows, trials, strict=True):
+        if light.position == position:
+            trial = Trial.from_db(connection.alias, _HOT_TRIAL_FIELDS, converted(row, 0, n_trial))
+            trial.session = session
+            trial.click_pk, trial.click_key = light.click_pk, light.click_key
+            break
+    return session, trials, trial
 
 
 def _check_click_timing(*, trial: Trial, study: Study, event_timestamp_ms, onsets: dict, now) -> None:
@@ -514,9 +528,7 @@ def click_ingest(  # noqa: C901
             f"idempotency_key must be 1-{MAX_KEY_LENGTH} characters; got {_shown(idempotency_key)}.",
             field="idempotency_key",
         )
-    trials = _session_trials(session_id)
-    session = trials[0].session
-    trial = next((t for t in trials if t.position == position), None)
+    session, trials, trial = _session_trials(session_id, position)
     if trial is not None and trial.click_key == key:
         return _receipt(trial.click_pk, trial, trials, created=False)
     if any(t.click_key == key for t in trials):
@@ -603,7 +615,7 @@ def click_ingest(  # noqa: C901
     return _receipt(click_id, trial, trials, created=True)
 
 
-def _receipt(click_id: int, trial: Trial, trials: list[Trial], *, created: bool) -> ClickReceipt:
+def _receipt(click_id: int, trial: Trial, trials: list[_TrialRow], *, created: bool) -> ClickReceipt:
     missing = [t.position for t in trials if t.click_pk is None and t.pk != trial.pk]
     return ClickReceipt(
         click_id=click_id,

@@ -148,9 +148,10 @@ def test_the_click_path_reads_each_field_as_the_orm_does(study):
     session = session_start(study=study, worker=make_worker(), device="pc")
     clicked, _created = _click(session, 1)
     present_trials(session, positions=[0, 2])
-    hot = sessions_service._session_trials(session.pk)
-    assert [trial.position for trial in hot] == [0, 1, 2]
-    for trial in hot:
+    for position in (0, 1, 2):
+        hot_session, rows, trial = sessions_service._session_trials(session.pk, position)
+        assert [(row.position, row.click_pk) for row in rows] == [(0, None), (1, clicked.pk), (2, None)]
+        assert trial is not None and trial.position == position and trial.session is hot_session
         stored = Trial.objects.select_related("session__study").get(pk=trial.pk)
         for name in sessions_service._HOT_TRIAL_FIELDS:
             assert getattr(trial, name) == getattr(stored, name), name
@@ -161,8 +162,10 @@ def test_the_click_path_reads_each_field_as_the_orm_does(study):
         assert trial.presentations and trial.session.expires_at.tzinfo is not None
         expected = (clicked.pk, clicked.idempotency_key) if trial.position == 1 else (None, None)
         assert (trial.click_pk, trial.click_key) == expected
+        assert rows[position] == (trial.pk, position, *expected)
+    assert sessions_service._session_trials(session.pk, 7)[2] is None  # no trial there
     with pytest.raises(Session.DoesNotExist):
-        sessions_service._session_trials(session.pk + 1000)
+        sessions_service._session_trials(session.pk + 1000, 0)
 
 
 @pytest.mark.django_db
