@@ -23,7 +23,14 @@ from typing import Protocol, TypedDict
 import cv2
 import numpy as np
 
-from benchmark.distance import Box, box_distance, distance_upper_bound, full_distance, mask_box
+from benchmark.distance import (
+    Box,
+    box_distance,
+    coarse_distance_bound,
+    distance_upper_bound,
+    full_distance,
+    mask_box,
+)
 from segmenters.base import Click
 
 MapFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -73,8 +80,11 @@ def _deepest_in_box(
     if found is None:
         return 0.0, (0, 0)
     dist, (y0, y1, x0, x1) = found
-    dist = dist * not_clicked[y0:y1, x0:x1]
     flat = int(np.argmax(dist))
+    if not not_clicked[y0 + flat // (x1 - x0), x0 + flat % (x1 - x0)]:
+        # the first maximum was clicked already (else it is also the first maximum of dist * not_clicked)
+        dist = dist * not_clicked[y0:y1, x0:x1]
+        flat = int(np.argmax(dist))
     best = float(dist.flat[flat])
     if not best > 0:
         return best, (0, 0)
@@ -86,22 +96,43 @@ def ritm_choice(fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray) -> tupl
     """(is_positive, (x, y)): RITM's sign (max DT(fn) > max DT(fp), strict) and that region's deepest point.
 
     The same as two :func:`deepest_point` calls, but the losing region's transform is skipped when
-    its :func:`~benchmark.distance.distance_upper_bound` already decides the comparison.
+    an upper bound of its maximum already decides the comparison: first
+    :func:`~benchmark.distance.distance_upper_bound` (box and pixel count), then, for regions larger
+    than :data:`COARSE_MIN_PX`, :func:`~benchmark.distance.coarse_distance_bound`.
     """
+    is_positive, deepest, _ = _ritm_step(fn, fp, not_clicked)
+    return is_positive, deepest
+
+
+COARSE_MIN_PX = 4096
+"""Boxes of at most this many pixels are transformed outright (the coarse bound would cost about as much)."""
+
+
+def _loser_bound(mask: np.ndarray, box: Box | None, crude: float) -> float:
+    if box is None or (box[1] - box[0]) * (box[3] - box[2]) <= COARSE_MIN_PX:
+        return crude
+    return min(crude, coarse_distance_bound(mask, box))
+
+
+def _ritm_step(
+    fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray
+) -> tuple[bool, tuple[int, int], Box | None]:
+    """:func:`ritm_choice` and the chosen region's box."""
     box_fn, box_fp = mask_box(fn), mask_box(fp)
     bound_fn, bound_fp = distance_upper_bound(fn, box_fn), distance_upper_bound(fp, box_fp)
     if bound_fn >= bound_fp:
         max_fn, at_fn = _deepest_in_box(fn, box_fn, not_clicked)
-        if max_fn > bound_fp:
-            return True, at_fn
+        if max_fn > bound_fp or max_fn > _loser_bound(fp, box_fp, bound_fp):
+            return True, at_fn, box_fn
         max_fp, at_fp = _deepest_in_box(fp, box_fp, not_clicked)
     else:
         max_fp, at_fp = _deepest_in_box(fp, box_fp, not_clicked)
-        if max_fp >= bound_fn:
-            return False, at_fp
+        if max_fp >= bound_fn or max_fp >= _loser_bound(fn, box_fn, bound_fn):
+            return False, at_fp, box_fp
         max_fn, at_fn = _deepest_in_box(fn, box_fn, not_clicked)
-    is_positive = bool(max_fn > max_fp)
-    return is_positive, (at_fn if is_positive else at_fp)
+    if max_fn > max_fp:
+        return True, at_fn, box_fn
+    return False, at_fp, box_fp
 
 
 def _first_argmax_xy(values: np.ndarray) -> tuple[int, int]:
@@ -163,21 +194,40 @@ def sample_group_pixel(
 
 
 class _SortedMass:
-    """The sorted positive values of a weight map and their cumulative sums (reusable across groups)."""
+    """The sorted positive values of a weight map and their cumulative sums (reusable across groups).
 
-    def __init__(self, values: np.ndarray) -> None:
-        self.ordered = np.sort(values)
+    ``narrow``: the same values as float32 when the map is float32 (sorted instead: the widening is
+    exact and keeps the order, so the result is the same array).
+    """
+
+    def __init__(self, values: np.ndarray, narrow: np.ndarray | None = None) -> None:
+        self.ordered = np.sort(values) if narrow is None else np.sort(narrow).astype(np.float64)
         self.cumulative = np.cumsum(self.ordered)
 
 
 class Round1Cache(TypedDict, total=False):
     """``GroupClicker(shared_cache=...)``: round 1 of one instance, the same for every group (a plain dict)."""
 
-    round1_step: tuple[np.ndarray, bool, tuple[int, int]]  # (error region, is_positive, its deepest point)
+    round1_step: tuple[
+        np.ndarray, bool, tuple[int, int], Box | None
+    ]  # (error region, is_positive, deepest, box)
     round1: tuple[np.ndarray, np.ndarray, _SortedMass]  # A's flat positions, its values, their sorted mass
 
 
 _SUM_BUFFERS: dict[int, np.ndarray] = {}
+_FLAT_INDEX: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _flat_index(height: int, width: int) -> np.ndarray:
+    """The read-only (H, W) array of row-major flat indices (one kept, for the last image size)."""
+    index = _FLAT_INDEX.get((height, width))
+    if index is None:
+        _FLAT_INDEX.clear()
+        index = _FLAT_INDEX[(height, width)] = np.arange(height * width, dtype=np.int64).reshape(
+            height, width
+        )
+        index.flags.writeable = False
+    return index
 
 
 def _full_sum(positions: np.ndarray, values: np.ndarray, size: int) -> float:
@@ -261,7 +311,7 @@ class _Trajectory:
     def errors(self, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``error_regions(gt=..., ignore=..., pred=pred)`` from the prepared valid object and background."""
         pred = pred.astype(bool, copy=False)
-        return self._object & ~pred, self._background & pred
+        return np.greater(self._object, pred), self._background & pred  # a > b on bools is a & ~b
 
     def mark(self, click: Click) -> None:
         height, width = self.not_clicked.shape
@@ -389,13 +439,13 @@ class GroupClicker:
         step = None if shared is None else shared.get("round1_step")
         if step is None:
             fn, fp = state.errors(pred)
-            is_positive, deepest = ritm_choice(fn, fp, state.not_clicked)
-            step = (fn if is_positive else fp, is_positive, deepest)
+            is_positive, deepest, box = _ritm_step(fn, fp, state.not_clicked)
+            step = (fn if is_positive else fp, is_positive, deepest, box)
             if shared is not None:  # round 1 (empty prediction, nothing clicked) is the same for every group
                 shared["round1_step"] = step
-        region, is_positive, deepest = step
+        region, is_positive, deepest, box = step
         raw_map = first_map if first_map is not None else self.map_fn(state.image, state.gt, region)
-        picked = self._sample(raw_map, region, state.not_clicked, shared=first_round)
+        picked = self._sample(raw_map, region, box, state.not_clicked, shared=first_round)
         if picked is None:
             picked = deepest
         click = Click(x=float(picked[0]), y=float(picked[1]), is_positive=is_positive)
@@ -403,29 +453,35 @@ class GroupClicker:
         return [click]
 
     def _sample(
-        self, raw_map: np.ndarray, region: np.ndarray, not_clicked: np.ndarray, *, shared: bool
+        self,
+        raw_map: np.ndarray,
+        region: np.ndarray,
+        box: Box | None,
+        not_clicked: np.ndarray,
+        *,
+        shared: bool,
     ) -> tuple[int, int] | None:
         """Draw from A = map * region * not_clicked inside the group, computed on the region's box only."""
         height, width = region.shape
         cached = self.shared_cache.get("round1") if shared and self.shared_cache is not None else None
         if cached is None:
-            box = _box(region)
             if box is None:
                 return None
             y0, y1, x0, x1 = box
             # A > 0 exactly where map > 0 on the unclicked region; its values are the map's, as float64
             crop_map = raw_map[y0:y1, x0:x1]
-            keep = (crop_map > 0) & region[y0:y1, x0:x1] & not_clicked[y0:y1, x0:x1]
-            flat = np.flatnonzero(keep)  # row-major order of the box
-            if flat.size == 0:
+            keep = crop_map > 0
+            keep &= region[y0:y1, x0:x1]
+            keep &= not_clicked[y0:y1, x0:x1]
+            positions = _flat_index(height, width)[y0:y1, x0:x1][keep]  # row-major order of the full image
+            if positions.size == 0:
                 return None
-            values = np.asarray(crop_map[keep], dtype=np.float64)
-            rows, cols = np.divmod(flat, x1 - x0)
-            positions = (rows + y0) * width + (cols + x0)  # row-major order of the full image
-            mass: _SortedMass | None = None
+            picked = raw_map.ravel()[positions] if raw_map.flags.c_contiguous else crop_map[keep]
+            values = np.asarray(picked, dtype=np.float64)
+            # float32 -> float64 keeps the order, and float32 sorts faster
+            mass = _SortedMass(values, picked if picked.dtype == np.float32 else None)
             if shared and self.shared_cache is not None:
                 # round 1 of every group of an instance draws from the same A: select and sort it once
-                mass = _SortedMass(values)
                 self.shared_cache["round1"] = (positions, values, mass)
         else:
             positions, values, mass = cached

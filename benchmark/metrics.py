@@ -45,8 +45,9 @@ class InstanceIoU:
     """``iou(pred, gt, ignore)`` for many predictions of one instance, counted on the union's box only.
 
     The GT side (valid pixels, their box and count) is prepared once; each call finds the prediction's
-    box (two ``any`` passes) and counts inside the union of both boxes. The counts are integers, so
-    the value is the very float :func:`iou` returns.
+    box (two ``any`` passes) and counts inside the union of both boxes: |P & G| and |P| there, and
+    |P | G| = |P| + |G| - |P & G|. The counts are integers, so the value is the very float :func:`iou`
+    returns.
     """
 
     def __init__(self, gt: np.ndarray, ignore: np.ndarray | None = None) -> None:
@@ -55,6 +56,7 @@ class InstanceIoU:
         self.valid = None if ignore is None else ~ignore.astype(bool)
         self.gt_valid = gt if self.valid is None else gt & self.valid
         self.gt_box = _bbox(self.gt_valid)
+        self.gt_count = int(np.count_nonzero(self.gt_valid))
 
     def __call__(self, pred: np.ndarray) -> float:
         if pred.shape != self.shape:
@@ -69,11 +71,11 @@ class InstanceIoU:
         p = pred[y0:y1, x0:x1]
         if self.valid is not None:
             p = p & self.valid[y0:y1, x0:x1]
-        g = self.gt_valid[y0:y1, x0:x1]
-        union = int(np.count_nonzero(p | g))
+        both = int(np.count_nonzero(p & self.gt_valid[y0:y1, x0:x1]))  # GT pixels are valid ones already
+        union = int(np.count_nonzero(p)) + self.gt_count - both  # the union box holds every GT pixel
         if union == 0:
             return 1.0
-        return int(np.count_nonzero(p & g)) / union
+        return both / union
 
 
 def _bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:

@@ -271,7 +271,11 @@ TABLE_COLUMNS = (
     ("sample_nsr", "Sample NSR IoU@1"),
     ("dataset_path", "Dataset path"),
     ("dataset_hash", "Dataset hash"),
+    ("checkpoint_sha256", "Checkpoint sha256"),
 )
+
+NO_CHECKPOINT = "-"
+"""The report's checkpoint cell for a model that loads no weights file (e.g. the embedded GrabCut segmenter)."""
 
 TIMING_KEYS = ("seconds_per_click", "encode_seconds_per_image")
 """Wall-time fields of a summary: kept out of ``summary.json`` and ``report.*`` (which are then
@@ -287,8 +291,22 @@ TIMING_COLUMNS = (
 
 def table(rows: Sequence[dict]) -> pd.DataFrame:
     """The Table-4-style frame: one row per (method, dataset), the columns of :data:`TABLE_COLUMNS`."""
-    frame = pd.DataFrame([{key: row.get(key, np.nan) for key, _ in TABLE_COLUMNS} for row in rows])
+    frame = pd.DataFrame([{key: _cell(row, key) for key, _ in TABLE_COLUMNS} for row in rows])
     return frame.sort_values(["method", "dataset"]).reset_index(drop=True)
+
+
+def _cell(row: dict, key: str):
+    """The report cell of ``key`` from a summary (NaN when the summary lacks it).
+
+    ``checkpoint_sha256`` is a list in the summary (the hashes of the run's instance files, one per run
+    folder since another checkpoint's files are recomputed): its hashes joined by spaces, with
+    :data:`NO_CHECKPOINT` for a weight-free model's empty hash. Summaries written before the hash was
+    recorded have no such list: their cell stays empty (unknown, not "no checkpoint").
+    """
+    value = row.get(key, np.nan)
+    if key == "checkpoint_sha256" and isinstance(value, list):
+        return " ".join(sha256 or NO_CHECKPOINT for sha256 in value) if value else np.nan
+    return value
 
 
 def to_markdown(frame: pd.DataFrame) -> str:

@@ -47,6 +47,7 @@ from benchmark.clickers import (
     GroupClicker,
     MapFn,
     ReplayClicker,
+    Round1Cache,
 )
 from benchmark.datasets import Dataset, Sample, SampleKey
 from benchmark.engine import trajectory_rng
@@ -233,23 +234,25 @@ class ClickSession:
 
     def _build_units(self) -> list[_Unit]:
         units: list[_Unit] = []
-        first_maps: dict[SampleKey, np.ndarray] = {}
+        # The current instance's round-1 map and round-1 cache (kept for one instance at a time).
+        first_rounds: dict[SampleKey, tuple[np.ndarray, Round1Cache]] = {}
 
         def group_factory(
             map_fn: MapFn, sample: Sample, index: int, low: float, high: float
         ) -> Callable[[], Clicker]:
             def make() -> Clicker:
-                # The round-1 map is the same for every group of an instance: compute it once.
-                if sample.key not in first_maps:
-                    first_maps.clear()
+                # Round 1 is the same for every group of an instance: its map, error region, deepest
+                # point and sorted weights are computed once, as the engine does (never across instances).
+                if sample.key not in first_rounds:
+                    first_rounds.clear()
                     gt, ignore = sample.load_masks()
-                    first_maps[sample.key] = map_fn(self._image(sample), gt, gt & ~ignore)
+                    first_rounds[sample.key] = (map_fn(self._image(sample), gt, gt & ~ignore), {})
+                first_map, round1_cache = first_rounds[sample.key]
                 rng = trajectory_rng(
                     seed=self.seed, key=sample.key, stream=1, group=index, sample=0, common=False
                 )
-                return GroupClicker(
-                    map_fn=map_fn, low=low, high=high, rng=rng, first_round_map=first_maps[sample.key]
-                )
+                return GroupClicker(map_fn=map_fn, low=low, high=high, rng=rng, first_round_map=first_map,
+                                    shared_cache=round1_cache)  # fmt: skip
 
             return make
 

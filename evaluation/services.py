@@ -33,7 +33,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchmark.clickability.click_model import BASELINE_NAMES, load_click_model
-from benchmark.clickers import DEFAULT_GROUP_BOUNDS, BaselineClicker, GroupClicker
+from benchmark.clickers import DEFAULT_GROUP_BOUNDS, BaselineClicker, GroupClicker, Round1Cache
 from benchmark.datasets import SampleKey, read_image_rgb, resize_long_side
 from benchmark.engine import trajectory_rng
 from benchmark.maskcodec import MaskFormatError, decode_png, decode_rle, encode_png
@@ -460,9 +460,10 @@ def _group_clicks(run: EvaluationRun, truth: _Truth, pred: np.ndarray) -> list[C
     else:
         rng = rng_from_state(run.clicker_state)
     clicks = _clicks(run.clicks)
+    first_map, round1_cache = _first_round(instance_id, run.click_model) if not clicks else (None, None)
     clicker = GroupClicker(
         map_fn=_click_model(run.click_model), low=low, high=high, rng=rng,
-        first_round_map=None if clicks else _first_round_map(instance_id, run.click_model),
+        first_round_map=first_map, shared_cache=round1_cache,
     )  # fmt: skip
     clicker.restore(image=_image(instance_id), gt=truth.gt, ignore=truth.ignore, clicks=clicks)
     new = clicker.next_clicks(pred)
@@ -511,12 +512,17 @@ def _image(instance_id: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=2)
-def _first_round_map(instance_id: int, click_model: str) -> np.ndarray:
-    """The round-1 map of an instance, the same for all its groups (ClickSession computes it once too)."""
+def _first_round(instance_id: int, click_model: str) -> tuple[np.ndarray, Round1Cache]:
+    """Round 1 of an instance, the same for all its groups: its map and the clickers' round-1 cache.
+
+    The cache (error region, deepest point, sorted weights; filled by the unit's first group) is shared by
+    the groups of this instance only, as in ``ClickSession`` and the engine. Its entries are computed from
+    the instance alone, so two threads filling it at once store the same values.
+    """
     truth = _truth(instance_id)
     first = _click_model(click_model)(_image(instance_id), truth.gt, truth.gt & ~truth.ignore)
     first.setflags(write=False)
-    return first
+    return first, {}
 
 
 def _score(run: EvaluationRun) -> None:

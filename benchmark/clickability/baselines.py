@@ -15,7 +15,7 @@ import numpy as np
 from scipy.ndimage import gaussian_filter, uniform_filter
 
 from benchmark.clickability.click_model import ClickModel, check_inputs
-from benchmark.distance import box_distance
+from benchmark.distance import box_distance, mask_box
 
 CROP_EXPANSION = 1.4
 SALIENCY_LONG_SIDE_PX = 64
@@ -48,15 +48,19 @@ class DistanceTransformClickModel(ClickModel):
 
     def predict_map(self, image: np.ndarray, gt_mask: np.ndarray, error_mask: np.ndarray) -> np.ndarray:
         check_inputs(image, gt_mask, error_mask)
-        if not error_mask.any():
-            return np.zeros(error_mask.shape, dtype=np.float32)
-        if error_mask.all():
+        mask = error_mask.astype(bool, copy=False)
+        box = mask_box(mask)  # found once: no full-image any()/all() passes besides it
+        out = np.zeros(mask.shape, dtype=np.float32)
+        if box is None:
+            return out
+        y0, y1, x0, x1 = box
+        if y1 - y0 == mask.shape[0] and x1 - x0 == mask.shape[1] and mask.all():
             # no background pixel to measure from: OpenCV would return huge values; treat as uniform
-            return np.ones(error_mask.shape, dtype=np.float32)
-        out = np.zeros(error_mask.shape, dtype=np.float32)
-        found = box_distance(error_mask.astype(bool, copy=False), border=False)
-        assert found is not None  # error_mask.any() above
-        distance, (y0, y1, x0, x1) = found
+            out.fill(1.0)
+            return out
+        found = box_distance(mask, border=False, box=box)
+        assert found is not None  # box is not None
+        distance = found[0]
         np.divide(distance, distance.max(), out=out[y0:y1, x0:x1])  # float32 / float32, zero off E
         return out
 

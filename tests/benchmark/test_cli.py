@@ -115,3 +115,31 @@ def test_two_datasets_with_one_name_do_not_share_a_run_folder(tmp_path, capsys):
     copy = tmp_path / "c" / "GrabCut"
     write_grabcut(copy, {"one": (2, 3, 10, 12)})
     assert dataset_content_hash(open_dataset(copy, "grabcut", name="Else")) == hashes[first]
+
+
+def test_report_names_the_checkpoint_of_a_weighted_model_and_marks_a_weight_free_one(tiny_dataset, tmp_path):
+    """#15.6: report.csv/md carry the sha256 of the checkpoint that made the masks; '-' for a weight-free model."""
+    import hashlib
+
+    from segmenters.registry import get_predictor, register, unregister
+    from tests.segmenters.conftest import TINY_SAM, write_tiny_sam_checkpoint
+
+    checkpoint = write_tiny_sam_checkpoint(tmp_path / "tiny_sam.pth", seed=0)
+    register("test-tiny-sam")(
+        lambda **options: get_predictor("sam", architecture=TINY_SAM, device="cpu", **options)
+    )
+    out = tmp_path / "runs"
+    argv = ["run", "--dataset", str(tiny_dataset.root), "--groups", "0", "--max-clicks", "2", "--heatmaps", "0",
+            "--no-progress", "--out", str(out)]  # fmt: skip
+    try:
+        assert main([*argv, "--method", "test-tiny-sam", "--option", f"checkpoint={checkpoint}"]) == 0
+    finally:
+        unregister("test-tiny-sam")
+    assert main([*argv, "--method", "embedded"]) == 0
+    report = pd.read_csv(out / "report.csv", keep_default_na=False)
+    digest = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert report["Method"].tolist() == ["embedded", "test-tiny-sam"]
+    assert report["Checkpoint sha256"].tolist() == ["-", digest]
+    markdown = (out / "report.md").read_text()
+    assert markdown.splitlines()[0].endswith("| Dataset hash | Checkpoint sha256 |")
+    assert f"| {digest} |" in markdown and "| - |" in markdown

@@ -121,6 +121,43 @@ def test_box_distance_equals_the_full_frame_transform_in_the_box_for_both_border
         distance.box_distance(np.ones((3, 4), bool), border=False)
 
 
+def test_padded_transform_capped_from_the_unpadded_one_in_either_order():
+    """On the image edge the padded transform is the unpadded one capped by the distance beyond the edge."""
+    rng = np.random.default_rng(17)
+    masks = [mask for mask in _masks(rng, 200) if mask.any() and not mask.all()]
+    big = np.zeros(
+        (700, 820), bool
+    )  # touching the edge with a squared diagonal > 2**20: transformed directly
+    big[0:699, 3:820] = rng.random((699, 817)) > 0.001
+    full_ring = np.ones(
+        (30, 40), bool
+    )  # no pixel off the mask but one inside the image: transformed directly
+    full_ring[29, 39] = False
+    edge = [m for m in masks if distance.mask_box(m)[0] == 0 or distance.mask_box(m)[2] == 0]
+    assert len(edge) > 50
+    for mask in [*masks, big, full_ring]:
+        y0, y1, x0, x1 = distance.mask_box(mask)
+        padded = _scipy_padded(mask)[y0:y1, x0:x1]
+        unpadded = ndimage.distance_transform_edt(mask).astype(np.float32)[y0:y1, x0:x1]
+        for order in ((True, False), (False, True)):
+            distance.clear_cache()
+            for border in order:
+                got, _ = distance.box_distance(mask, border=border)
+                assert np.array_equal(got, padded if border else unpadded), (border, order)
+
+
+def test_coarse_distance_bound_holds():
+    rng = np.random.default_rng(18)
+    for mask in _masks(rng, 300):
+        box = distance.mask_box(mask)
+        largest = _scipy_padded(mask).max(initial=0.0)
+        for block_px in (1, 2, 3, 4, 8):
+            assert largest <= distance.coarse_distance_bound(mask, box, block_px=block_px)
+    mask = np.zeros((60, 60), bool)
+    mask[10:50, 10:50] = True  # a 40-px square: largest padded distance 20
+    assert 20 <= distance.coarse_distance_bound(mask, distance.mask_box(mask)) <= 20 * distance.BOUND_MARGIN
+
+
 def test_distance_upper_bound_holds():
     rng = np.random.default_rng(13)
     for mask in _masks(rng, 300):
@@ -173,6 +210,31 @@ def test_ritm_choice_with_skipped_transforms_is_the_two_transform_rule():
         max_fp, at_fp = deepest_point(fp, not_clicked)
         positive = bool(max_fn > max_fp)
         assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
+
+
+def test_ritm_choice_on_large_regions_skips_the_losers_transform_by_the_coarse_bound():
+    """Regions above COARSE_MIN_PX: the same choice as the two-transform rule, and the coarse bound decides
+    where the box-and-count bound does not (one transform looked up instead of two)."""
+    rng = np.random.default_rng(19)
+    decided_by_coarse = 0
+    for _ in range(100):
+        height, width = (int(v) for v in rng.integers(80, 160, 2))
+        gt = _blobs(rng, height, width)
+        pred = _blobs(rng, height, width)
+        not_clicked = rng.random((height, width)) > 0.001
+        fn, fp = error_regions(gt=gt, ignore=np.zeros_like(gt), pred=pred)
+        max_fn, at_fn = deepest_point(fn, not_clicked)
+        max_fp, at_fp = deepest_point(fp, not_clicked)
+        positive = bool(max_fn > max_fp)
+        distance.clear_cache()
+        assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
+        lookups = sum(distance.cache_stats())
+        crude_fn = distance.distance_upper_bound(fn, distance.mask_box(fn))
+        crude_fp = distance.distance_upper_bound(fp, distance.mask_box(fp))
+        crude_decides = max_fn > crude_fp if crude_fn >= crude_fp else max_fp >= crude_fn
+        if lookups == 1 and not crude_decides:
+            decided_by_coarse += 1
+    assert decided_by_coarse >= 5  # 6 of these 100 (seeded); none without the coarse bound
 
 
 def test_dt_click_model_is_the_normalised_exact_transform():

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from benchmark.datasets import SampleKey
@@ -62,6 +63,23 @@ def test_table_markdown_and_files(tmp_path):
     csv_path, md_path = write_report([row], tmp_path)
     assert csv_path.read_text().startswith("Method,Dataset,Instances,Base NoC@90")
     assert md_path.read_text() == text
+
+
+def test_checkpoint_column_names_the_hashes_marks_weight_free_and_leaves_older_summaries_empty(tmp_path):
+    row = summarize([_result("a", [0.5, 0.95, 0.95], [[0.2, 0.5, 0.92], [0.91, 0.95, 0.97]])])
+    rows = [
+        {**row, "method": "weighted", "checkpoint_sha256": ["c" * 64]},
+        {**row, "method": "weight-free", "checkpoint_sha256": [""]},
+        {**row, "method": "older-run"},  # a summary.json written before the hash was recorded
+    ]
+    csv_path, md_path = write_report(rows, tmp_path)
+    frame = pd.read_csv(csv_path)
+    assert frame.columns[-1] == "Checkpoint sha256"
+    cells = dict(zip(frame["Method"], frame["Checkpoint sha256"]))
+    assert cells["weighted"] == "c" * 64 and cells["weight-free"] == "-" and pd.isna(cells["older-run"])
+    lines = md_path.read_text().splitlines()
+    assert lines[0].endswith("| Checkpoint sha256 |")
+    assert [line.rsplit("|", 2)[1].strip() for line in lines[2:]] == ["–", "-", "c" * 64]  # sorted by method
 
 
 def _session_rows(stem, group, ious):

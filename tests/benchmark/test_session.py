@@ -121,6 +121,21 @@ def test_group_session_is_seeded_and_reproducible(tiny_dataset, disk_predictor):
     assert len(first) == 2 * 2 * 3
 
 
+def test_group_session_does_round_one_once_per_instance_not_per_group(tiny_dataset, disk_predictor):
+    """#15.6: round 1 (error region, deepest point, sorted weights) is the same for every group of an
+    instance, so the session does it once per instance, as the engine does: the clicker's round-1
+    distance transform is looked up once per instance (a further group would look it up again)."""
+    from benchmark import distance
+
+    bounds = tuple((k / 5, (k + 1) / 5) for k in range(5))
+    distance.clear_cache()
+    with ClickSession(dataset=tiny_dataset, clicker="group", map_fn=_uniform_map, max_clicks=1,
+                      group_bounds=bounds) as sess:  # fmt: skip
+        _run(sess, disk_predictor)
+    assert len(sess.get_report()) == 2 * 5
+    assert distance.cache_stats() == (0, 2)  # (hits, misses): one transform per instance, no lookup per group
+
+
 def test_group_session_by_click_model_name_records_it_and_the_statistics(tiny_dataset, disk_predictor):
     from benchmark.clickability import load_click_model
 
@@ -210,3 +225,35 @@ def test_previous_logits_follow_the_submissions(tiny_dataset, disk_predictor):
                 sess.submit_masks(prediction.probabilities, logits="mine")
     assert handed[0] is None and handed[2] is None  # a sample's first round
     assert handed[1].dtype == bool and handed[1].any()  # Prediction.logits of round 1 (the disk's bool map)
+
+
+@pytest.mark.dataset
+def test_group_session_and_engine_give_the_same_clicks_and_ious_on_grabcut(grabcut_root):
+    """The session's clicking groups are the engine's trajectories: same streams, shared round 1, clicks and IoUs."""
+    from benchmark.clickability import load_click_model
+    from benchmark.datasets import open_dataset
+    from benchmark.engine import EngineConfig, evaluate_instance
+    from segmenters.registry import get_predictor
+
+    samples = open_dataset(grabcut_root, "grabcut").samples[:2]
+    predictor = get_predictor("embedded", work_long_side_px=96)
+    config = EngineConfig(max_clicks=3, run_base=False, run_user=False)
+    map_fn = load_click_model("dt")
+    engine = {s.key: evaluate_instance(predictor=predictor, sample=s, config=config, method="embedded",
+                                       map_fn=map_fn) for s in samples}  # fmt: skip
+    with ClickSession(dataset=samples, clicker="group", click_model="dt", max_clicks=3, seed=config.seed,
+                      threshold=predictor.threshold) as sess:  # fmt: skip
+        while sess.next():
+            sample, clicks, is_new = sess.get_clicks()
+            if is_new:
+                embedding = predictor.encode(sample.load_image())
+            sess.submit_masks(predictor.predict(embedding, clicks, sess.previous_logits))
+    report = sess.get_report()
+    assert len(report) == 2 * 10 * 3
+    for key, result in engine.items():
+        for g in range(10):
+            rows = report[(report["image_stem"] == key.image_stem) & (report["group"] == f"G{g + 1}")]
+            clicks = result.group_clicks[g, 0]
+            assert rows["x"].tolist() == clicks[:, 0].tolist() and rows["y"].tolist() == clicks[:, 1].tolist()
+            assert rows["is_positive"].tolist() == (clicks[:, 2] == 1).tolist()
+            assert rows["iou"].tolist() == result.group_iou[g, 0].tolist()

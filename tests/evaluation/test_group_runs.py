@@ -142,6 +142,26 @@ def test_a_group_run_interrupted_by_a_client_crash_and_a_worker_restart_continue
     assert resumed_report["status"].eq("accepted").all() and len(resumed_report) == 4 * 2 * 2
 
 
+@pytest.mark.django_db
+def test_the_server_does_round_one_once_per_instance_and_gives_the_local_clicks(
+    groupset, eval_key, wsgi_transport, settings
+):
+    """#15.6: the groups of an instance share round 1 (error region, deepest point, sorted weights) on the
+    server as in ClickSession and the engine: the clicker's round-1 distance transform is looked up once per
+    instance, not once per group. Scored in the request here, so this process does the work."""
+    from benchmark import distance
+
+    settings.EVAL_GROUP_INLINE_MAX_PIXELS = 10**9
+    predict = GtDisks(groupset)
+    config = {**GROUP, "click_model": "ud", "max_clicks": 1}  # ud: a map that needs no transform itself
+    local_report, _ = run_session(predict, dataset=groupset, **config)
+    distance.clear_cache()
+    remote_report, _ = run_session(predict, **remote(eval_key, wsgi_transport, **config))
+    assert distance.cache_stats() == (0, 4)  # (hits, misses): 4 instances x 4 groups, one transform each
+    assert len(remote_report) == 4 * 4
+    pd.testing.assert_frame_equal(local_report.drop(columns=VOLATILE), remote_report.drop(columns=VOLATILE))
+
+
 BAD_BOUNDS = {
     "not a list": ({"group_bounds": "0-0.5,0.5-1"}, "group_bounds must be a list"),
     "empty": ({"group_bounds": []}, "group_bounds must be a list of 1 to 20"),
