@@ -9,7 +9,8 @@ session made for that server (sessions of 10 trials, presented 30 s ago, as the 
 gets ``--rounds`` alternating runs of ``--duration`` seconds (old, new, old, new...: the machine is noisy, so the
 two are measured in the same minutes). Printed per run and as medians per server: clicks/s (2xx answers per
 second of wall clock), client-observed latency p50/p99 (wrk), server-side p50/p99 (the access log's request
-time), status counts; and the ratio new/old.
+time), status counts, CPU per acknowledged click (user and system, from /proc: the web processes, and every
+PostgreSQL process of the cluster, so run it on a quiet machine); and the ratios new/old.
 
 The baseline is ``--old-ref`` (default ``d16832e``, main before the hand-written session read of the click
 path), checked out with ``git archive``. Goal of issue 16: >= 500 clicks/s with server-side p99 < 100 ms.
@@ -134,6 +135,32 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def _cpu_seconds(match) -> tuple[float, float]:
+    """(user, system) CPU seconds used so far by the processes ``match(pid, pgid, name)`` selects and by their
+    exited children, read from /proc (the kernel's accounting, not the processes' own report)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        if match(int(entry.name), int(fields[2]), name):
+            # own time, plus that of its children once they exited and were reaped (a backend or an
+            # autovacuum worker that ends mid-run counts in the postmaster's, a gunicorn worker in the arbiter's)
+            user += (int(fields[11]) + int(fields[13])) / tick
+            system += (int(fields[12]) + int(fields[14])) / tick
+    return user, system
+
+
+def _total(figures: dict, key: str) -> float:
+    return max(figures[f"{key}_user_ms"] + figures[f"{key}_sys_ms"], 1e-9)
+
+
 def _server_ms(log: Path, offset: int) -> list[int]:
     """Request times (ms) of the click requests in the access log written after byte ``offset``."""
     with log.open("rb") as handle:
@@ -143,15 +170,27 @@ def _server_ms(log: Path, offset: int) -> list[int]:
 
 
 def _run_wrk(
-    label: str, url: str, script: Path, args, log: Path, sessions: range, *, duration: int | None = None
+    label: str,
+    url: str,
+    script: Path,
+    args,
+    log: Path,
+    sessions: range,
+    server: subprocess.Popen,
+    *,
+    duration: int | None = None,
 ) -> dict:
     offset = log.stat().st_size
+    web = lambda pid, pgid, name: pgid == server.pid  # noqa: E731  (gunicorn's session: arbiter and workers)
+    database = lambda pid, pgid, name: name == "postgres"  # noqa: E731  (every backend of the cluster)
+    cpu_before = (_cpu_seconds(web), _cpu_seconds(database))
     done = subprocess.run(
         ["wrk", "-t", str(args.wrk_threads), "-c", str(args.connections), "-d", f"{duration or args.duration}s",
          "--timeout", "10s", "-s", str(script), url, "--", uuid.uuid4().hex[:12],
          str(sessions.start), str(len(sessions))],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    cpu_after = (_cpu_seconds(web), _cpu_seconds(database))
     time.sleep(1.0)  # the access log is written after the response
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
@@ -170,10 +209,19 @@ def _run_wrk(
         "statuses": result["statuses"],
         "errors": result["errors"],
     }
+    # CPU per acknowledged click, user + system, of the web processes and of PostgreSQL (the whole cluster:
+    # run it on a quiet machine), from the kernel's accounting over the wrk run
+    for key, index in (("web", 0), ("db", 1)):
+        user = cpu_after[index][0] - cpu_before[index][0]
+        system = cpu_after[index][1] - cpu_before[index][1]
+        figures[f"{key}_user_ms"] = 1000 * user / max(ok, 1)
+        figures[f"{key}_sys_ms"] = 1000 * system / max(ok, 1)
     print(
         f"  {label:<24} {figures['rate']:7.1f} clicks/s   client p50 {figures['p50']:6.1f} ms  p99 "
         f"{figures['p99']:7.1f} ms   server p50 {figures['server_p50']:5.0f} ms  p99 {figures['server_p99']:5.0f} ms"
-        f"   statuses {figures['statuses']}   socket errors {figures['errors']}",
+        f"   statuses {figures['statuses']}   socket errors {figures['errors']}   CPU per click: web "
+        f"{figures['web_user_ms']:.2f} user + {figures['web_sys_ms']:.2f} sys ms, PostgreSQL "
+        f"{figures['db_user_ms']:.2f} user + {figures['db_sys_ms']:.2f} sys ms",
         flush=True,
     )
     return figures
@@ -271,11 +319,12 @@ def main() -> None:  # noqa: C901  (one linear script: set up, serve two trees, 
             "ALLOWED_HOSTS": "127.0.0.1",
             "CLICKLAB_VAR_DIR": str(work / "var"),
         }
-        urls, logs = {}, {}
+        urls, logs, procs = {}, {}, {}
         for name, tree in trees.items():
             port = _free_port()
             logs[name] = work / f"{name}-web.log"
-            servers.append(_serve(tree, port, args, env, logs[name]))
+            procs[name] = _serve(tree, port, args, env, logs[name])
+            servers.append(procs[name])
             urls[name] = f"http://127.0.0.1:{port}"
         print(
             f"wrk {args.connections} connections x {args.duration} s per run, {args.rounds} runs per server "
@@ -288,29 +337,47 @@ def main() -> None:  # noqa: C901  (one linear script: set up, serve two trees, 
         share = (args.sessions - warm) // args.rounds
         slices = [range(warm + k * share, warm + (k + 1) * share) for k in range(args.rounds)]
         for name in ("old", "new"):
-            _run_wrk("warm-up", urls[name], scripts[name], args, logs[name], range(warm), duration=5)
+            _run_wrk(
+                "warm-up", urls[name], scripts[name], args, logs[name], range(warm), procs[name], duration=5
+            )
         labels = {"old": f"baseline ({args.old_ref})", "new": "this tree"}
         runs: dict[str, list[dict]] = {"old": [], "new": []}
         for k in range(args.rounds):
             for name in ("old", "new"):
                 runs[name].append(
-                    _run_wrk(labels[name], urls[name], scripts[name], args, logs[name], slices[k])
+                    _run_wrk(
+                        labels[name], urls[name], scripts[name], args, logs[name], slices[k], procs[name]
+                    )
                 )
         medians = {}
         for name in ("old", "new"):
             medians[name] = {
                 key: statistics.median(run[key] for run in runs[name])
-                for key in ("rate", "p50", "p99", "server_p50", "server_p99")
+                for key in (
+                    "rate",
+                    "p50",
+                    "p99",
+                    "server_p50",
+                    "server_p99",
+                    "web_user_ms",
+                    "web_sys_ms",
+                    "db_user_ms",
+                    "db_sys_ms",
+                )
             }
             m = medians[name]
             print(
                 f"median {labels[name]:<24} {m['rate']:7.1f} clicks/s   client p50 {m['p50']:6.1f} ms  p99 "
-                f"{m['p99']:7.1f} ms   server p50 {m['server_p50']:5.0f} ms  p99 {m['server_p99']:5.0f} ms"
+                f"{m['p99']:7.1f} ms   server p50 {m['server_p50']:5.0f} ms  p99 {m['server_p99']:5.0f} ms   "
+                f"CPU per click: web {m['web_user_ms']:.2f} + {m['web_sys_ms']:.2f} ms, PostgreSQL "
+                f"{m['db_user_ms']:.2f} + {m['db_sys_ms']:.2f} ms (user + sys)"
             )
         old, new = medians["old"], medians["new"]
         print(
             f"ratio this tree / baseline: throughput {new['rate'] / old['rate']:.2f}x, client p99 "
-            f"{new['p99'] / old['p99']:.2f}x, server p99 {new['server_p99'] / max(old['server_p99'], 1):.2f}x; "
+            f"{new['p99'] / old['p99']:.2f}x, server p99 {new['server_p99'] / max(old['server_p99'], 1):.2f}x, "
+            f"CPU per click web {_total(new, 'web') / _total(old, 'web'):.2f}x, PostgreSQL "
+            f"{_total(new, 'db') / _total(old, 'db'):.2f}x; "
             f"goal >= 500 clicks/s with server p99 < 100 ms: "
             f"{'met' if new['rate'] >= 500 and new['server_p99'] < 100 else 'not met'}"
         )

@@ -329,6 +329,16 @@ def test_the_click_statements_are_prepared_once_per_connection_and_reused(study,
     }
     assert len(click_path) == 2, statements  # the trials read and the insert, each prepared once
     assert all(sum(plans) == clicks for plans in click_path.values()), click_path
+    # The plan kept for the trials read looks each trial's click up by its index: a plan made while the click
+    # table was small must not scan the whole table on every click once it has grown.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'SELECT%%' AND generic_plans > 0"
+        )
+        (name,) = cursor.fetchone()
+        cursor.execute(f"EXPLAIN EXECUTE {name}({Session.objects.order_by('pk').first().pk})")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on collector_click" not in plan and "collector_click_trial_id" in plan, plan
     # Django's own statements stay unprepared (client-side binding, its default).
     assert len(statements) == 2, statements
 
