@@ -364,6 +364,11 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
             # One cheap sorted-set range read every 10 s (or half the timeout, when shorter) instead.
             "unacked_restore_interval": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 2)),
             "unacked_restore_throttle": 1,
+            # Each sweep holds a lock in Redis for milliseconds; a worker SIGKILLed inside a sweep, or a Redis
+            # stop between its lock and unlock, leaves the lock to expire: after 300 s by default, and no
+            # message was redelivered until then (a validation missed bench_load_faults' deadline). As long
+            # as one sweep interval instead; two sweeps that overlap restore a message once (a transaction).
+            "unacked_mutex_expire": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 2)),
         },
     }
 elif CELERY_BROKER_URL:
