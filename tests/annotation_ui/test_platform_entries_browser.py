@@ -259,8 +259,14 @@ def test_mturk_in_a_cross_origin_iframe_without_cookies(chromium, player_server,
             },
         }
     ]
-    # The server's exit page, in the frame too, shows the code and then makes the same post.
-    player.goto(f"{player_server.url}/platform-exit/{session_token_make(session_id=session.pk)}/")
+    # The server's exit page, in the frame too, shows the code and then makes the same post. First let the
+    # frame finish the post above (the fake records it before the frame has moved), and do not wait for the
+    # exit page's load event: on a slow machine its own post, 5 s after its script starts, can come first.
+    player.wait_for_url("**/mturk/externalSubmit", timeout=15_000)
+    player.goto(
+        f"{player_server.url}/platform-exit/{session_token_make(session_id=session.pk)}/", wait_until="commit"
+    )
+    player.wait_for_selector("#completion-code", timeout=15_000)
     assert player.inner_text("#completion-code") == fake_mturk.posts[0]["fields"]["completion_code"]
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and len(fake_mturk.posts) < 2:
