@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 
 from rest_framework.exceptions import ParseError
@@ -40,35 +41,39 @@ class BodyRefused(ParseError):
         self.field = field
 
 
+# Exactly the characters of Unicode categories Cc (C0 and C1 controls and DEL: a set fixed by Unicode's
+# stability policy) and Cs (surrogates), so a clean string, the common case, is found by one regex search
+# instead of a category lookup per character (tests/annotation_ui/test_parsers.py checks every code point).
+_FAULTY = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_FAULTY_BESIDES_WHITESPACE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def string_fault(text: str, *, allow_whitespace: bool = False) -> str | None:
     """Why ``text`` cannot be stored (a control character or a lone surrogate), or None when it can."""
-    for index, char in enumerate(text):
-        category = unicodedata.category(char)
-        if category == "Cs":
-            return f"holds a lone UTF-16 surrogate at character {index}"
-        if category == "Cc" and not (allow_whitespace and char in WHITESPACE_CONTROLS):
-            return f"holds the control character U+{ord(char):04X} at character {index}"
-    return None
+    found = (_FAULTY_BESIDES_WHITESPACE if allow_whitespace else _FAULTY).search(text)
+    if found is None:
+        return None
+    index, char = found.start(), found.group()
+    if unicodedata.category(char) == "Cs":
+        return f"holds a lone UTF-16 surrogate at character {index}"
+    return f"holds the control character U+{ord(char):04X} at character {index}"
+
+
+# A JSON string, escapes included; an unterminated one runs to the end of the text (as the scan it replaced
+# read it: everything after an opening quote is string until the closing one).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 def nesting_depth(text: str) -> int:
-    """Deepest object/array nesting of a JSON text, by a linear scan that skips strings."""
+    """Deepest object/array nesting of a JSON text: its brackets outside strings, counted in one pass over
+    them (never recursion)."""
     depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        if bracket in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif char in "]}":
+        else:
             depth -= 1
     return deepest
 
