@@ -1,20 +1,21 @@
-"""The click endpoint's common case, answered before the rest of the middleware and DRF.
+"""The click and presented endpoints' common case, answered before the rest of the middleware and DRF.
 
-Clicks are most of the annotator API's traffic. Profiled under load (py-spy, gunicorn gthread workers, wrk
+Clicks and presented reports (one of each per trial) are most of the annotator API's traffic. Profiled under load (py-spy, gunicorn gthread workers, wrk
 sending clicks), the middleware after WhiteNoise and DRF's dispatch (request wrapping, content negotiation,
 the ClickIn serializer) held about 40% of the web process's Python time per click, the click's own work
 (``click_ingest``) about 30%.
 
 ``ClickFastPathMiddleware`` sits in MIDDLEWARE right after SecurityMiddleware and WhiteNoise, so the SSL
 redirect, the host check and the security headers still come from Django. For ``POST
-/api/annotator/<token>/click`` it parses the body with the API's own parser (``parsers.parse_body``), checks it
-with ``click_input`` (plain Python that accepts only what the ClickIn serializer accepts and gives the same
-values, else None), reads the token and runs ``click_ingest``, the service the DRF view calls. A stored click or
-a retry of a stored one (201/200) is answered here, with the DRF view's body and headers. Everything else (a bad
-token, input the plain check does not take, a 409 refusal, a database error) goes down the normal path with
-the body it read, which answers it as before: a refusal is decided before anything is written, and the
-insert is one atomic, idempotent statement, so the second pass gives the normal answer. ``CLICK_FAST_PATH``
-(setting, default on) turns it off.
+/api/annotator/<token>/click`` (and ``/presented``) it parses the body with the API's own parser
+(``parsers.parse_body``), checks it with ``click_input`` (``presented_input``): plain Python that accepts only
+what the ClickIn (PresentedIn) serializer accepts and gives the same values, else None; reads the token and runs
+``click_ingest`` (``trial_presented_record``), the service the DRF view calls. A stored click or a retry of one
+(201/200), a recorded presentation (200), is answered here with the DRF view's body and headers. Everything
+else (a bad token, input the plain check does not take, a 409 refusal, a database error) goes down the normal
+path with the body it read, which answers it as before: a refusal is decided before anything is written, and
+both writes are idempotent (a click's key, a presentation's id), so the second pass gives the normal answer.
+``CLICK_FAST_PATH`` (setting, default on) turns it off.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from django.http import HttpResponse
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
 
+from collector.services.presentations import trial_presented_record
 from collector.services.sessions import click_ingest
 from collector.services.tokens import session_token_read
 
 from .parsers import MAX_BODY_BYTES, parse_body
 from .serializers import MAX_COORDINATE_PX, MAX_POSITION, MAX_TIMESTAMP_MS
 
-CLICK_PATH = re.compile(r"/api/annotator/(?P<token>[^/]+)/click")
+FAST_PATH = re.compile(r"/api/annotator/(?P<token>[^/]+)/(?P<endpoint>click|presented)")
 _KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _FLAG = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
 _POINTER_TYPES = frozenset(("mouse", "touch", "pen", ""))
@@ -140,6 +142,41 @@ def click_input(data: dict) -> dict | None:
     return out
 
 
+def presented_input(data: dict) -> dict | None:
+    """``data`` as ``PresentedIn`` validates it, or None when it is anything but plainly valid (see
+    ``click_input``)."""
+    position, key = data.get("position"), data.get("presentation_id")
+    if type(position) is not int or not 0 <= position <= MAX_POSITION:
+        return None
+    if type(key) is not str or not _KEY.fullmatch(key):
+        return None
+    return {"position": position, "presentation_id": key}
+
+
+def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
+    fields = click_input(data)
+    if fields is None:
+        return None
+    receipt = click_ingest(session_id=session_id, **fields)
+    body = {
+        "ok": True,
+        "created": receipt.created,
+        "position": receipt.position,
+        "missing": receipt.missing_positions,
+    }
+    return (201 if receipt.created else 200), body
+
+
+def _presented(session_id: int, data: dict) -> tuple[int, dict] | None:
+    fields = presented_input(data)
+    if fields is None:
+        return None
+    return 200, {"ok": True, **trial_presented_record(session_id=session_id, **fields)}
+
+
+_ENDPOINTS = {"click": _click, "presented": _presented}
+
+
 class ClickFastPathMiddleware:
     """See the module docstring. Must follow SecurityMiddleware (and WhiteNoise) in MIDDLEWARE."""
 
@@ -148,14 +185,14 @@ class ClickFastPathMiddleware:
 
     def __call__(self, request):
         if request.method == "POST" and getattr(settings, "CLICK_FAST_PATH", True):
-            match = CLICK_PATH.fullmatch(request.path_info)
+            match = FAST_PATH.fullmatch(request.path_info)
             if match is not None:
-                response = self._answer(request, match.group("token"))
+                response = self._answer(request, match.group("token"), _ENDPOINTS[match.group("endpoint")])
                 if response is not None:
                     return response
         return self.get_response(request)
 
-    def _answer(self, request, token: str) -> HttpResponse | None:
+    def _answer(self, request, token: str, endpoint) -> HttpResponse | None:
         request.get_host()  # DisallowedHost (400) as CommonMiddleware would raise it
         if request.content_type != "application/json":
             return None
@@ -163,24 +200,16 @@ class ClickFastPathMiddleware:
             if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES:
                 return None
             data = parse_body(request.body)  # kept on the request: the normal path parses it again
-            fields = click_input(data)
-            if fields is None:
-                return None
-            receipt = click_ingest(session_id=session_token_read(token=token), **fields)
+            answer = endpoint(session_token_read(token=token), data)
         except Exception:  # noqa: BLE001  (BodyRefused, TokenInvalid, ClickRefused, a database error, ...)
-            # anything but a stored click: the normal path answers it (a refusal wrote nothing; a click stored
-            # before an error is answered there as the retry it is)
+            # anything but a stored write: the normal path answers it (a refusal wrote nothing; a write
+            # stored before an error is answered there as the retry it is)
             return None
-        body = {
-            "ok": True,
-            "created": receipt.created,
-            "position": receipt.position,
-            "missing": receipt.missing_positions,
-        }
+        if answer is None:
+            return None
+        status, body = answer
         response = HttpResponse(
-            json.dumps(body, separators=(",", ":")).encode(),
-            content_type="application/json",
-            status=201 if receipt.created else 200,
+            json.dumps(body, separators=(",", ":")).encode(), content_type="application/json", status=status
         )
         # what the normal path's layers add to this answer: DRF (Allow), the annotator API (no-store),
         # CommonMiddleware (Content-Length), LocaleMiddleware (Vary, Content-Language), XFrameOptionsMiddleware

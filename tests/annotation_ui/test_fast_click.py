@@ -1,6 +1,7 @@
-"""annotation_ui.fast_click: a stored click is answered before the other middleware and DRF, with exactly the
-answer the DRF view gives (status, bytes, headers); everything else is answered by the DRF view, as before; the
-plain input check never takes what the ClickIn serializer refuses, nor gives other values."""
+"""annotation_ui.fast_click: a stored click (a recorded presentation) is answered before the other middleware
+and DRF, with exactly the answer the DRF view gives (status, bytes, headers); everything else is answered by
+the DRF view, as before; the plain input checks never take what the serializers refuse, nor give other
+values."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from annotation_ui import serializers as contract
-from annotation_ui.api import ClickView
-from annotation_ui.fast_click import click_input
+from annotation_ui.api import ClickView, Presented
+from annotation_ui.fast_click import click_input, presented_input
 from collector.models import Click
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make
@@ -53,14 +54,30 @@ def view_calls(monkeypatch) -> list[int]:
     return calls
 
 
-def _post(token: str, body, **headers):
+@pytest.fixture
+def presented_view_calls(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    post = Presented.post
+
+    def counted(self, request, token):
+        calls.append(1)
+        return post(self, request, token)
+
+    monkeypatch.setattr(Presented, "post", counted)
+    return calls
+
+
+def _post(token: str, body, endpoint: str = "click", **headers):
     raw = body if isinstance(body, bytes | str) else json.dumps(body)
     content_type = headers.pop("content_type", "application/json")
-    response = Client().post(f"/api/annotator/{token}/click", data=raw, content_type=content_type, **headers)
-    # the two runs use two sessions: their ids are the one expected difference in a message
+    response = Client().post(
+        f"/api/annotator/{token}/{endpoint}", data=raw, content_type=content_type, **headers
+    )
+    # the two runs use two sessions and run at two moments: a session id and how early a click came are the
+    # expected differences in a message
     return (
         response.status_code,
-        re.sub(rb"session \d+", b"session N", response.content),
+        re.sub(rb"(session|arrived) \d+", rb"\1 N", response.content),
         sorted(response.headers.items()),
     )
 
@@ -104,6 +121,62 @@ def test_the_fast_path_answers_stored_clicks_exactly_as_the_view_and_leaves_the_
     assert sorted(Click.objects.values_list("idempotency_key", flat=True)) == [
         "fast-0", "fast-1", "view-0", "view-1"
     ]  # fmt: skip
+
+
+def _presented_exchange(study, settings, *, fast: bool) -> list:
+    """A first showing, its network retry, a replay (a new id), in Russian; then the refusals: a trial with its
+    click, no such position, a malformed id, a bad token."""
+    settings.CLICK_FAST_PATH = fast
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    token = session_token_make(session_id=session.pk)
+    run = "fast" if fast else "view"
+    answers = [
+        _post(token, {"position": 0, "presentation_id": f"{run}-p1"}, "presented"),
+        _post(token, {"position": 0, "presentation_id": f"{run}-p1"}, "presented"),
+        _post(token, {"position": 0, "presentation_id": f"{run}-p2", "other": 1}, "presented",
+              HTTP_ACCEPT_LANGUAGE="ru"),
+    ]  # fmt: skip
+    present_trials(session, positions=[1])
+    assert _post(token, {**PLAYER_CLICK, "position": 1, "idempotency_key": f"{run}-c"})[0] == 201
+    answers += [
+        _post(token, {"position": 1, "presentation_id": f"{run}-p3"}, "presented"),
+        _post(token, {"position": 99, "presentation_id": f"{run}-p4"}, "presented"),
+        _post(token, {"position": 2, "presentation_id": "a b"}, "presented"),
+        _post(token[:-3] + "xyz", {"position": 2, "presentation_id": f"{run}-p5"}, "presented"),
+    ]
+    return answers
+
+
+@pytest.mark.django_db
+def test_the_fast_path_records_presentations_exactly_as_the_view_and_leaves_refusals_to_it(
+    study, settings, presented_view_calls
+):
+    fast = _presented_exchange(study, settings, fast=True)
+    taken_by_view_fast = len(presented_view_calls)
+    normal = _presented_exchange(study, settings, fast=False)
+    assert [status for status, _body, _headers in normal] == [200, 200, 200, 409, 400, 400, 404]
+    assert json.loads(normal[2][1])["replayed"] is True
+    for index, (answer, expected) in enumerate(zip(fast, normal, strict=True)):
+        assert answer == expected, f"request {index}: fast path {answer} != DRF view {expected}"
+    assert taken_by_view_fast == 4
+    assert len(presented_view_calls) - taken_by_view_fast == 7
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"position": 0, "presentation_id": "p-1"}, {"position": 10_000, "presentation_id": "x" * 64, "z": None},
+     {"position": 10_001, "presentation_id": "p"}, {"position": -1, "presentation_id": "p"},
+     {"position": True, "presentation_id": "p"}, {"position": 1.0, "presentation_id": "p"},
+     {"position": 0, "presentation_id": "x" * 65}, {"position": 0, "presentation_id": ""},
+     {"position": 0, "presentation_id": "p\n"}, {"position": 0, "presentation_id": 5}, {"position": 0},
+     {"presentation_id": "p"}, {"position": 0, "presentation_id": None}],
+)  # fmt: skip
+def test_the_plain_presented_check_agrees_with_the_serializer(body):
+    serializer = contract.PresentedIn(data=body)
+    plain = presented_input(body)
+    assert (plain is not None) == serializer.is_valid(), body
+    if plain is not None:
+        assert plain == dict(serializer.validated_data)
 
 
 @pytest.mark.django_db
