@@ -262,7 +262,7 @@ def click_bodies(draw) -> dict:
 @example({**PLAYER_CLICK, "flags": None, "phase_onsets_ms": None, "reaction_ms": None, "pointer_type": ""})
 @example({**PLAYER_CLICK, "phase_onsets_ms": {"click": 1, "D": None, "A": 2, "E": "x"}, "x": True})
 @example({**PLAYER_CLICK, "idempotency_key": "abc\n"})
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_the_plain_check_takes_only_what_the_serializer_takes_and_gives_its_values(body):
     plain = click_input(body)
     if plain is None:

@@ -61,7 +61,7 @@ def test_string_fault_gives_the_reference_message(text, allow_whitespace):
 
 
 @given(st.text(alphabet=st.sampled_from('[]{}"\\a:,'), max_size=60))
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=800, deadline=None)
 def test_nesting_depth_is_the_reference_scans(text):
     assert nesting_depth(text) == _reference_depth(text)
 
