@@ -7,8 +7,10 @@ queue), and the production processes of ``config/runner.py`` (gunicorn, a ``defa
 relay). The load comes from separate client processes (``--clients``), each running its annotators as
 asyncio tasks with httpx, speaking the player's protocol:
 
-    entry (POST /s/<link>/) -> start (POST .../client) -> 10 x click (POST .../click, one idempotency key
-    per click, retried with that key until acknowledged) -> finish (POST .../finish, retried until 200)
+    entry (POST /s/<link>/) -> start (POST .../client) -> 10 x (presented (POST .../presented, one showing id
+    per trial, retried with it until 200), then, once phases A-C are over, click (POST .../click, one
+    idempotency key per click, retried with that key until acknowledged)) -> finish (POST .../finish, retried
+    until 200). The study's phases last 100 ms each, so a click comes 300 ms after its trial's report.
 
 The annotators arrive evenly over ``--ramp`` seconds (default 60: a popular Toloka pool sends a thousand
 workers in minutes; ``--ramp 0`` starts them all in the same instant, as ``--short`` does) and then click as
@@ -21,7 +23,8 @@ restarts Redis, SIGKILLs and restarts gunicorn, and restarts PostgreSQL (``pg_ct
 after the other. After each phase it waits for every finished session to be validated.
 
 Printed per phase: clicks sent / acknowledged / stored / lost (acknowledged, not stored) / duplicated
-(stored more than once or a second click on a trial) / given up, sessions finished / validated, responses
+(stored more than once or a second click on a trial) / given up / flagged ``not_presented`` or ``replayed``
+(a report lost or counted twice), sessions finished / validated, responses
 by status (5xx counted, 503 apart), client-observed click latency p50/p95/p99 (successful attempts),
 server-side click latency p50/p95/p99 (gunicorn's request time), the same for the entry (session start), throughput (acknowledged clicks per
 second of the phase), and the fault phase's figures as ratios of the baseline's.
@@ -30,8 +33,9 @@ second of the phase), and the fault phase's figures as ratios of the baseline's.
     .venv/bin/python bench/bench_load_faults.py --annotators 1000 --clients 2
     .venv/bin/python bench/bench_load_faults.py --annotators 200 --faults worker,broker --drop 0.05
 
-Exit status 1 when anything was lost or duplicated, a finished session stayed unvalidated, or a 500 was
-answered in either phase.
+Exit status 1 when anything was lost or duplicated, a click was stored flagged ``not_presented`` or
+``replayed``, a finished session stayed unvalidated, an annotator could not finish, or a 500 was answered in
+either phase.
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ALL_FAULTS = ("worker", "broker", "web", "postgres")
 BATCH = 10
+#: Each timed phase of the suite's study (A image, B target, C blocked), ms: short, so a run takes seconds per batch.
+PHASE_MS = 100
+PHASES_ABC_S = 3 * PHASE_MS / 1000
 
 # ==================================================================================================
 # client process (no Django): python bench/bench_load_faults.py --client spec.json out.json
@@ -117,6 +124,10 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
                body={"client_info": {"viewport_width": 1280, "viewport_height": 800, "refresh_hz": 60},
                      "detected_device": "pc"})  # fmt: skip
     for position in range(BATCH):
+        # as the player: report the showing, wait out phases A-C (the server refuses an earlier click), click
+        await call("POST", f"{api}/presented", kind="presented",
+                   body={"position": position, "presentation_id": f"{index}-{position}-{uuid.uuid4().hex[:8]}"})  # fmt: skip
+        await asyncio.sleep(PHASES_ABC_S)
         key = f"{index}-{position}-{uuid.uuid4().hex[:12]}"
         body = {"position": position, "idempotency_key": key, "x": 10.5 + position, "y": 12.25,
                 "shown_width": 640, "shown_height": 480, "pointer_type": "mouse", "reaction_ms": 400 + position,
@@ -343,13 +354,20 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
     stored_counts = Counter(
         Click.objects.filter(idempotency_key__in=keys_sent).values_list("idempotency_key", flat=True)
     )
-    from django.db.models import Count
+    from django.db.models import Count, Q
 
     from collector.services.tokens import session_token_read
 
     session_ids = [session_token_read(token=t) for t in tokens]
     double_trials = (
         Trial.objects.filter(session_id__in=session_ids).annotate(n=Count("click")).filter(n__gt=1).count()
+    )
+    # every trial was reported before its click: none may be stored as never presented (the presented path
+    # under the same faults) and none as shown twice (a retried report is the same showing, not a replay)
+    unreported = (
+        Trial.objects.filter(session_id__in=session_ids, click__isnull=False)
+        .filter(Q(flags__contains=["not_presented"]) | Q(flags__contains=["replayed"]))
+        .count()
     )
     deadline = time.monotonic() + args.validate_within
     while True:
@@ -393,6 +411,7 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
         "stored": len(stored_counts),
         "lost": len(keys_acked - set(stored_counts)),
         "duplicated": sum(c - 1 for c in stored_counts.values()) + double_trials,
+        "unreported": unreported,
         "given_up": len(keys_sent) - len(keys_acked),
         "sessions_finished": finished,
         "sessions_validated": validated,
@@ -462,7 +481,8 @@ def print_phase(result: dict, baseline: dict | None = None) -> None:
     for line in r["fault_log"]:
         print(f"   {line}")
     print(f"   clicks sent {r['clicks_sent']} / acknowledged {r['acknowledged']} / stored {r['stored']} / "
-          f"lost {r['lost']} / duplicated {r['duplicated']} / given up {r['given_up']}")  # fmt: skip
+          f"lost {r['lost']} / duplicated {r['duplicated']} / given up {r['given_up']} / flagged not presented or "
+          f"replayed {r['unreported']}")  # fmt: skip
     o = r["outbox"]
     print(f"   sessions finished {r['sessions_finished']} / validated {r['sessions_validated']}; validation intents "
           f"{o['intents']}, sent by the relay after a failed send {o['retried']}, still pending {o['pending']}")  # fmt: skip
@@ -556,7 +576,8 @@ def main(argv=None) -> int:
         # Never full: both phases, plus the sessions that retried entries (a lost answer) leave behind.
         quota = math.ceil(args.annotators * 2 * BATCH / n_images) * 5
         study = make_study(make_dataset(tmp / "data", n_images=n_images, size=(64, 48)), publish=True,
-                           quota_pc=quota, quota_mobile=0, max_rounds=1, batch_size=BATCH)  # fmt: skip
+                           quota_pc=quota, quota_mobile=0, max_rounds=1, batch_size=BATCH,
+                           image_ms=PHASE_MS, target_ms=PHASE_MS, blocked_ms=PHASE_MS)  # fmt: skip
         link = study_link_token_make(study_id=study.pk, device="pc")
         from django.db import connections
 
@@ -590,7 +611,12 @@ def main(argv=None) -> int:
             [
                 f"{r['phase']}: {what} {r[key]}"
                 for r in filter(None, (baseline, faulted))
-                for key, what in (("lost", "lost"), ("duplicated", "duplicated"), ("500", "HTTP 500"))
+                for key, what in (
+                    ("lost", "lost"),
+                    ("duplicated", "duplicated"),
+                    ("500", "HTTP 500"),
+                    ("unreported", "clicks flagged not_presented or replayed"),
+                )  # fmt: skip
                 if r[key]
             ]
             + [
