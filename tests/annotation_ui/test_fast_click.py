@@ -312,3 +312,26 @@ def test_the_plain_check_agrees_with_the_serializer_on_each_fields_edges(name):
             assert _same_json(plain) == _same_json(expected), f"{name}={value!r}"
         elif expected is not None and (value is None or type(value) in (int, float) or value == "absent"):
             pytest.fail(f"{name}={value!r}: the serializer takes it, the plain check sends it the slow way")
+
+
+@pytest.mark.django_db
+def test_an_unexpected_error_in_the_fast_path_is_logged_and_the_view_answers(
+    study, settings, view_calls, monkeypatch, caplog
+):
+    import annotation_ui.fast_click as fast_click
+
+    def broken(**fields):
+        raise RuntimeError("a bug in the fast path")
+
+    monkeypatch.setattr(fast_click, "click_ingest", broken)
+    token = _token(study)
+    status, body, _headers = _post(token, {**PLAYER_CLICK, "idempotency_key": "k-bug"})
+    assert status == 201 and json.loads(body)["created"] is True
+    assert len(view_calls) == 1
+    warnings = [r for r in caplog.records if r.name == "annotation_ui.fast_click"]
+    assert (
+        len(warnings) == 1
+        and warnings[0].exc_info
+        and "a bug in the fast path" in str(warnings[0].exc_info[1])
+    )
+    assert Click.objects.filter(idempotency_key="k-bug").count() == 1
