@@ -110,12 +110,12 @@ COARSE_MIN_PX = 4096
 """Boxes of at most this many pixels are transformed outright (the coarse bound would cost about as much)."""
 LOOSE_BOUND_RATIO = 1.5
 """A coarse bound above this multiple of the target is loose (scattered holes): try the chessboard bound."""
-ORDER_BY_COARSE_RATIO = 2
-"""When the region to transform first has a box this many times the other's, both coarse bounds pick it."""
+ORDER_BY_CHESSBOARD_RATIO = 2
+"""When the region to transform first has a box this many times the other's, both chessboard bounds pick it."""
 
 
 class _Region:
-    """One error region of a RITM step: its box, its box-and-count bound and (lazily) its coarse map."""
+    """One error region of a RITM step: its box, its box-and-count bound and (lazily) its other bounds."""
 
     def __init__(self, mask: np.ndarray) -> None:
         self.mask = mask
@@ -123,6 +123,7 @@ class _Region:
         self.crude = distance_upper_bound(mask, self.box)
         self.area = 0 if self.box is None else (self.box[1] - self.box[0]) * (self.box[3] - self.box[2])
         self._coarse: np.ndarray | None = None
+        self.chessboard: float | None = None  # computed by chessboard_bound()
 
     @property
     def coarse_eligible(self) -> bool:
@@ -136,6 +137,11 @@ class _Region:
 
     def coarse_bound(self) -> float:
         return float(self.coarse().max()) * COARSE_BLOCK_PX * BOUND_MARGIN
+
+    def chessboard_bound(self) -> float:
+        if self.chessboard is None:
+            self.chessboard = chessboard_distance_bound(self.mask, self.box)
+        return self.chessboard
 
 
 def _known_below(region: _Region, not_clicked: np.ndarray, target: float, *, inclusive: bool) -> bool:
@@ -155,12 +161,13 @@ def _known_below(region: _Region, not_clicked: np.ndarray, target: float, *, inc
     if not region.coarse_eligible:
         return False
     assert region.box is not None  # coarse_eligible
+    if region.chessboard is not None and decides(region.chessboard):  # computed for the order already
+        return True
     coarse_bound = region.coarse_bound()
     if decides(coarse_bound):
         return True
-    if coarse_bound > LOOSE_BOUND_RATIO * target and decides(
-        chessboard_distance_bound(region.mask, region.box)
-    ):
+    loose = region.chessboard is None and coarse_bound > LOOSE_BOUND_RATIO * target
+    if loose and decides(region.chessboard_bound()):
         return True
     top = windowed_maximum(region.mask, region.box, not_clicked, region.coarse(), target)
     return top is not None and decides(top)
@@ -171,19 +178,24 @@ def _ritm_step(
 ) -> tuple[bool, tuple[int, int], Box | None]:
     """:func:`ritm_choice` and the chosen region's box.
 
-    The region with the larger box-and-count bound is transformed first (by the coarse bounds when its
-    box is :data:`ORDER_BY_COARSE_RATIO` times the other's: a costly transform that may be wasted);
-    the other is transformed only when it is not known to lose. The order changes only the cost.
+    The region likelier to win is transformed first: the one with the larger coarse bound when both
+    boxes exceed :data:`COARSE_MIN_PX` (the loser's coarse map is needed next anyway), by the chessboard
+    bounds instead when its box is :data:`ORDER_BY_CHESSBOARD_RATIO` times the other's (a costly
+    transform that may be wasted; the coarse bound is loose on scattered holes), else the larger
+    box-and-count bound. The other is transformed only when it is not known to lose
+    (:func:`_known_below`). The order changes only the cost, never the result.
     """
     neg, pos = _Region(fp), _Region(fn)
     fn_first = pos.crude >= neg.crude
     first, second = (pos, neg) if fn_first else (neg, pos)
     if (
         second.area
-        and first.area > ORDER_BY_COARSE_RATIO * second.area
+        and first.area > ORDER_BY_CHESSBOARD_RATIO * second.area
         and first.coarse_eligible
         and second.coarse_eligible
     ):
+        fn_first = pos.chessboard_bound() >= neg.chessboard_bound()
+    elif first.coarse_eligible and second.coarse_eligible:
         fn_first = pos.coarse_bound() >= neg.coarse_bound()
     if fn_first:
         max_fn, at_fn = _deepest_in_box(fn, pos.box, not_clicked)
