@@ -24,12 +24,16 @@ import cv2
 import numpy as np
 
 from benchmark.distance import (
+    BOUND_MARGIN,
+    COARSE_BLOCK_PX,
     Box,
     box_distance,
-    coarse_distance_bound,
+    chessboard_distance_bound,
+    coarse_distance_map,
     distance_upper_bound,
     full_distance,
     mask_box,
+    windowed_maximum,
 )
 from segmenters.base import Click
 
@@ -96,9 +100,7 @@ def ritm_choice(fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray) -> tupl
     """(is_positive, (x, y)): RITM's sign (max DT(fn) > max DT(fp), strict) and that region's deepest point.
 
     The same as two :func:`deepest_point` calls, but the losing region's transform is skipped when
-    an upper bound of its maximum already decides the comparison: first
-    :func:`~benchmark.distance.distance_upper_bound` (box and pixel count), then, for regions larger
-    than :data:`COARSE_MIN_PX`, :func:`~benchmark.distance.coarse_distance_bound`.
+    an upper bound of its maximum already decides the comparison (see :func:`_known_below`).
     """
     is_positive, deepest, _ = _ritm_step(fn, fp, not_clicked)
     return is_positive, deepest
@@ -106,33 +108,108 @@ def ritm_choice(fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray) -> tupl
 
 COARSE_MIN_PX = 4096
 """Boxes of at most this many pixels are transformed outright (the coarse bound would cost about as much)."""
+LOOSE_BOUND_RATIO = 1.5
+"""A coarse bound above this multiple of the target is loose (scattered holes): try the chessboard bound."""
+ORDER_BY_CHESSBOARD_RATIO = 2
+"""When the region to transform first has a box this many times the other's, both chessboard bounds pick it."""
 
 
-def _loser_bound(mask: np.ndarray, box: Box | None, crude: float) -> float:
-    if box is None or (box[1] - box[0]) * (box[3] - box[2]) <= COARSE_MIN_PX:
-        return crude
-    return min(crude, coarse_distance_bound(mask, box))
+class _Region:
+    """One error region of a RITM step: its box, its box-and-count bound and (lazily) its other bounds."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask = mask
+        self.box = mask_box(mask)
+        self.crude = distance_upper_bound(mask, self.box)
+        self.area = 0 if self.box is None else (self.box[1] - self.box[0]) * (self.box[3] - self.box[2])
+        self._coarse: np.ndarray | None = None
+        self.chessboard: float | None = None  # computed by chessboard_bound()
+
+    @property
+    def coarse_eligible(self) -> bool:
+        return self.area > COARSE_MIN_PX
+
+    def coarse(self) -> np.ndarray:
+        if self._coarse is None:
+            assert self.box is not None  # coarse_eligible
+            self._coarse = coarse_distance_map(self.mask, self.box)
+        return self._coarse
+
+    def coarse_bound(self) -> float:
+        return float(self.coarse().max()) * COARSE_BLOCK_PX * BOUND_MARGIN
+
+    def chessboard_bound(self) -> float:
+        if self.chessboard is None:
+            self.chessboard = chessboard_distance_bound(self.mask, self.box)
+        return self.chessboard
+
+
+def _known_below(region: _Region, not_clicked: np.ndarray, target: float, *, inclusive: bool) -> bool:
+    """True when ``region``'s largest unclicked padded distance is known to be < ``target`` (<= if inclusive).
+
+    False when it is not (or could not be shown cheaply): the caller then transforms the region. In
+    order: the box-and-count bound, then for boxes above :data:`COARSE_MIN_PX` the coarse bound, the
+    chessboard bound when the coarse one is loose, and the exact maximum over the pixels the coarse
+    map cannot rule out (:func:`~benchmark.distance.windowed_maximum`), when their window is small.
+    """
+
+    def decides(value: float) -> bool:
+        return value <= target if inclusive else value < target
+
+    if decides(region.crude):
+        return True
+    if not region.coarse_eligible:
+        return False
+    assert region.box is not None  # coarse_eligible
+    if region.chessboard is not None and decides(region.chessboard):  # computed for the order already
+        return True
+    coarse_bound = region.coarse_bound()
+    if decides(coarse_bound):
+        return True
+    loose = region.chessboard is None and coarse_bound > LOOSE_BOUND_RATIO * target
+    if loose and decides(region.chessboard_bound()):
+        return True
+    top = windowed_maximum(region.mask, region.box, not_clicked, region.coarse(), target)
+    return top is not None and decides(top)
 
 
 def _ritm_step(
     fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray
 ) -> tuple[bool, tuple[int, int], Box | None]:
-    """:func:`ritm_choice` and the chosen region's box."""
-    box_fn, box_fp = mask_box(fn), mask_box(fp)
-    bound_fn, bound_fp = distance_upper_bound(fn, box_fn), distance_upper_bound(fp, box_fp)
-    if bound_fn >= bound_fp:
-        max_fn, at_fn = _deepest_in_box(fn, box_fn, not_clicked)
-        if max_fn > bound_fp or max_fn > _loser_bound(fp, box_fp, bound_fp):
-            return True, at_fn, box_fn
-        max_fp, at_fp = _deepest_in_box(fp, box_fp, not_clicked)
+    """:func:`ritm_choice` and the chosen region's box.
+
+    The region likelier to win is transformed first: the one with the larger coarse bound when both
+    boxes exceed :data:`COARSE_MIN_PX` (the loser's coarse map is needed next anyway), by the chessboard
+    bounds instead when its box is :data:`ORDER_BY_CHESSBOARD_RATIO` times the other's (a costly
+    transform that may be wasted; the coarse bound is loose on scattered holes), else the larger
+    box-and-count bound. The other is transformed only when it is not known to lose
+    (:func:`_known_below`). The order changes only the cost, never the result.
+    """
+    neg, pos = _Region(fp), _Region(fn)
+    fn_first = pos.crude >= neg.crude
+    first, second = (pos, neg) if fn_first else (neg, pos)
+    if (
+        second.area
+        and first.area > ORDER_BY_CHESSBOARD_RATIO * second.area
+        and first.coarse_eligible
+        and second.coarse_eligible
+    ):
+        fn_first = pos.chessboard_bound() >= neg.chessboard_bound()
+    elif first.coarse_eligible and second.coarse_eligible:
+        fn_first = pos.coarse_bound() >= neg.coarse_bound()
+    if fn_first:
+        max_fn, at_fn = _deepest_in_box(fn, pos.box, not_clicked)
+        if _known_below(neg, not_clicked, max_fn, inclusive=False):
+            return True, at_fn, pos.box
+        max_fp, at_fp = _deepest_in_box(fp, neg.box, not_clicked)
     else:
-        max_fp, at_fp = _deepest_in_box(fp, box_fp, not_clicked)
-        if max_fp >= bound_fn or max_fp >= _loser_bound(fn, box_fn, bound_fn):
-            return False, at_fp, box_fp
-        max_fn, at_fn = _deepest_in_box(fn, box_fn, not_clicked)
+        max_fp, at_fp = _deepest_in_box(fp, neg.box, not_clicked)
+        if _known_below(pos, not_clicked, max_fp, inclusive=True):
+            return False, at_fp, neg.box
+        max_fn, at_fn = _deepest_in_box(fn, pos.box, not_clicked)
     if max_fn > max_fp:
-        return True, at_fn, box_fn
-    return False, at_fp, box_fp
+        return True, at_fn, pos.box
+    return False, at_fp, neg.box
 
 
 def _first_argmax_xy(values: np.ndarray) -> tuple[int, int]:

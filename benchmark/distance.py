@@ -228,6 +228,16 @@ def coarse_distance_bound(mask: np.ndarray, box: Box | None, *, block_px: int = 
     """
     if box is None:
         return 0.0
+    return float(coarse_distance_map(mask, box, block_px=block_px).max()) * block_px * BOUND_MARGIN
+
+
+def coarse_distance_map(mask: np.ndarray, box: Box, *, block_px: int = COARSE_BLOCK_PX) -> np.ndarray:
+    """The exact transform of :func:`coarse_distance_bound`'s coarse mask, float32 (rows + 2, cols + 2).
+
+    Block (i, j) covers the box's rows ``(i - 1) * block_px ...`` and columns ``(j - 1) * block_px ...``
+    (a ring of empty blocks around the box). Every pixel of block (i, j) has a padded distance of at
+    most ``block_px * map[i, j]`` (times :data:`BOUND_MARGIN` for the last ulp).
+    """
     y0, y1, x0, x1 = box
     height, width = y1 - y0, x1 - x0
     rows, cols = -(-height // block_px) + 2, -(-width // block_px) + 2  # + a ring of empty blocks
@@ -242,4 +252,76 @@ def coarse_distance_bound(mask: np.ndarray, box: Box | None, *, block_px: int = 
         coarse = by_rows[:, ::block_px].copy()
         for dx in range(1, block_px):
             coarse |= by_rows[:, dx::block_px]
-    return float(exact_distance(coarse).max()) * block_px * BOUND_MARGIN
+    return exact_distance(coarse)
+
+
+def chessboard_distance_bound(mask: np.ndarray, box: Box | None) -> float:
+    """An upper bound of ``box_distance(mask, border=True)``'s maximum: sqrt(2) x the chessboard maximum.
+
+    The pixel nearest to p in the chessboard metric (OpenCV's ``DIST_C`` with a 3x3 mask, exact
+    integers) is off the mask and at most sqrt(2) x that distance away in L2. About a quarter of an
+    exact transform's cost, and tight where the coarse bound is loose (masks of scattered small holes,
+    whose every 4x4 block holds a mask pixel). 0.0 for an empty mask.
+    """
+    if box is None:
+        return 0.0
+    y0, y1, x0, x1 = box
+    ring = np.zeros((y1 - y0 + 2, x1 - x0 + 2), dtype=np.uint8)
+    ring[1:-1, 1:-1] = mask[y0:y1, x0:x1]
+    largest = float(cv2.distanceTransform(ring, cv2.DIST_C, 3).max())
+    return largest * float(np.sqrt(2.0)) * BOUND_MARGIN
+
+
+WINDOW_MAX_FRACTION = 0.5
+""":func:`windowed_maximum` gives up (None) when its window would exceed this fraction of the ring-padded box."""
+
+
+def windowed_maximum(
+    mask: np.ndarray,
+    box: Box,
+    not_clicked: np.ndarray,
+    coarse: np.ndarray,
+    target: float,
+    *,
+    block_px: int = COARSE_BLOCK_PX,
+) -> float | None:
+    """max of ``box_distance(mask, border=True) * not_clicked`` over the pixels that could reach ``target``.
+
+    ``coarse``: :func:`coarse_distance_map` of ``mask`` (same ``block_px``). Candidates are the pixels
+    of the blocks whose bound ``block_px * coarse * BOUND_MARGIN`` is at least ``target``; every other
+    pixel's distance is below ``target``. A candidate p's nearest pixel off the (ring-padded) box lies
+    within its bound, at most R, so the exact transform of the padded box's window (candidates' box
+    grown by R + 1, clipped) has p's value exactly: the window holds that nearest pixel, and pixels
+    outside a transformed image never count as off the mask. So ``max < target`` (``<= target``)
+    holds for the whole mask iff it holds for the returned value. 0.0 when nothing is a candidate;
+    None when the window exceeds :data:`WINDOW_MAX_FRACTION` of the padded box (not worth it).
+    """
+    y0, y1, x0, x1 = box
+    height, width = y1 - y0, x1 - x0
+    bounds = coarse.astype(np.float64) * (block_px * BOUND_MARGIN)
+    candidate = bounds >= target
+    rows = np.flatnonzero(candidate.any(axis=1))
+    if rows.size == 0:
+        return 0.0
+    cols = np.flatnonzero(candidate.any(axis=0))
+    reach = int(np.ceil(bounds[candidate].max())) + 1
+    # the candidates' pixels in box coordinates (block i covers rows (i - 1) * block_px ...), clipped to the box
+    r0, r1 = max((int(rows[0]) - 1) * block_px, 0), min(int(rows[-1]) * block_px, height)
+    c0, c1 = max((int(cols[0]) - 1) * block_px, 0), min(int(cols[-1]) * block_px, width)
+    # the window in ring-padded coordinates (box pixel (r, c) is padded pixel (r + 1, c + 1))
+    a, b = max(r0 + 1 - reach, 0), min(r1 + 1 + reach, height + 2)
+    c, d = max(c0 + 1 - reach, 0), min(c1 + 1 + reach, width + 2)
+    if (b - a) * (d - c) > WINDOW_MAX_FRACTION * (height + 2) * (width + 2):
+        return None
+    window = np.zeros((b - a, d - c), dtype=np.uint8)  # the ring-padded box's window: zeros off the box
+    wy0, wy1, wx0, wx1 = max(a, 1), min(b, height + 1), max(c, 1), min(d, width + 1)
+    window[wy0 - a : wy1 - a, wx0 - c : wx1 - c] = mask[
+        y0 + wy0 - 1 : y0 + wy1 - 1, x0 + wx0 - 1 : x0 + wx1 - 1
+    ]
+    if window.all():  # cannot happen while the bounds hold (a candidate's nearest pixel off the mask is here)
+        return None
+    dist = exact_distance(window)[r0 + 1 - a : r1 + 1 - a, c0 + 1 - c : c1 + 1 - c]
+    pixels = np.repeat(np.repeat(candidate, block_px, axis=0), block_px, axis=1)
+    keep = pixels[block_px + r0 : block_px + r1, block_px + c0 : block_px + c1]
+    keep &= not_clicked[y0 + r0 : y0 + r1, x0 + c0 : x0 + c1]
+    return float(np.max(dist, where=keep, initial=0.0))

@@ -306,3 +306,78 @@ def test_instance_iou_equals_the_plain_iou():
             assert measure(pred) == iou(pred, gt, ignore)
     with pytest.raises(ValueError, match=r"prediction shape \(2, 2\)"):
         InstanceIoU(np.zeros((3, 3), bool))(np.zeros((2, 2), bool))
+
+
+def test_chessboard_distance_bound_holds_and_is_tight_on_scattered_holes():
+    rng = np.random.default_rng(20)
+    for mask in _masks(rng, 300):
+        box = distance.mask_box(mask)
+        assert _scipy_padded(mask).max(initial=0.0) <= distance.chessboard_distance_bound(mask, box)
+    holes = rng.random((120, 160)) > 0.1  # every 4x4 block holds a mask pixel: the coarse bound is loose
+    box = distance.mask_box(holes)
+    exact = float(_scipy_padded(holes).max())
+    assert (
+        distance.chessboard_distance_bound(holes, box)
+        <= 1.5 * exact
+        < distance.coarse_distance_bound(holes, box)
+    )
+
+
+def test_windowed_maximum_is_the_exact_maximum_over_every_pixel_that_can_reach_the_target():
+    """Against SciPy's full-frame transform: the returned maximum decides `max < target` and `max <= target`
+    exactly as the full transform's maximum does, and equals it whenever it reaches the target."""
+    rng = np.random.default_rng(21)
+    windowed = 0
+    masks = [m for m in _masks(rng, 200, max_side=120) if m.any()]
+    one = np.zeros((50, 60), bool)
+    one[20, 30] = True  # one pixel
+    corner = np.zeros((50, 60), bool)
+    corner[:30, :25] = True  # touches two image edges
+    full = np.ones((40, 40), bool)  # the whole image: the image edge is the only boundary
+    for mask in [*masks, one, corner, full]:
+        box = distance.mask_box(mask)
+        not_clicked = rng.random(mask.shape) > 0.01
+        exact = _scipy_padded(mask) * not_clicked
+        largest = float(exact.max())
+        coarse = distance.coarse_distance_map(mask, box)
+        for target in (
+            0.0,
+            1.0,
+            largest / 2,
+            largest * 0.9,
+            largest,
+            np.nextafter(largest, 0),
+            largest + 0.5,
+        ):
+            target = float(target)
+            top = distance.windowed_maximum(mask, box, not_clicked, coarse, target)
+            if top is None:
+                continue
+            windowed += 1
+            assert (top < target) == (largest < target) and (top <= target) == (largest <= target)
+            if largest >= target:
+                assert top == largest
+    assert windowed >= 20  # 25 here (seeded); the others exceed the window limit
+
+
+def test_ritm_choice_on_scattered_and_solid_regions_is_the_two_transform_rule():
+    """Large regions where the coarse bound is loose (scattered holes) or close to the winner's maximum:
+    the chessboard bound and the windowed maximum skip transforms and choose as the two-transform rule."""
+    rng = np.random.default_rng(22)
+    skipped = 0
+    for trial in range(60):
+        height, width = (int(v) for v in rng.integers(90, 200, 2))
+        gt = _blobs(rng, height, width)
+        if trial % 2:
+            pred = rng.random((height, width)) > rng.uniform(0.2, 0.8)  # a random-init model's speckle
+        else:
+            pred = _blobs(rng, height, width)
+        not_clicked = rng.random((height, width)) > 0.001
+        fn, fp = error_regions(gt=gt, ignore=np.zeros_like(gt), pred=pred)
+        max_fn, at_fn = deepest_point(fn, not_clicked)
+        max_fp, at_fp = deepest_point(fp, not_clicked)
+        positive = bool(max_fn > max_fp)
+        distance.clear_cache()
+        assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
+        skipped += sum(distance.cache_stats()) == 1
+    assert skipped >= 30
