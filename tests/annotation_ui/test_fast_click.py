@@ -40,31 +40,27 @@ def _token(study) -> str:
     return session_token_make(session_id=session.pk)
 
 
-@pytest.fixture
-def view_calls(monkeypatch) -> list[int]:
-    """How many requests reached the DRF click view (the fast path answers without it)."""
+def _count_calls(monkeypatch, view_class) -> list[int]:
+    """How many requests reached ``view_class``'s POST handler (the fast path answers without it)."""
     calls: list[int] = []
-    post = ClickView.post
+    post = view_class.post
 
     def counted(self, request, token):
         calls.append(1)
         return post(self, request, token)
 
-    monkeypatch.setattr(ClickView, "post", counted)
+    monkeypatch.setattr(view_class, "post", counted)
     return calls
+
+
+@pytest.fixture
+def view_calls(monkeypatch) -> list[int]:
+    return _count_calls(monkeypatch, ClickView)
 
 
 @pytest.fixture
 def presented_view_calls(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    post = Presented.post
-
-    def counted(self, request, token):
-        calls.append(1)
-        return post(self, request, token)
-
-    monkeypatch.setattr(Presented, "post", counted)
-    return calls
+    return _count_calls(monkeypatch, Presented)
 
 
 def _post(token: str, body, endpoint: str = "click", **headers):
@@ -105,19 +101,25 @@ def _exchange(study, settings, *, fast: bool) -> list:
     return answers
 
 
+def _both_paths(exchange, study, settings, view_calls: list[int]) -> tuple[list, tuple[int, int]]:
+    """Run ``exchange`` with the fast path on, then off; assert every answer is the same. Returns the
+    answers and how many requests reached the view in each run."""
+    fast = exchange(study, settings, fast=True)
+    by_view_fast = len(view_calls)
+    normal = exchange(study, settings, fast=False)
+    for index, (answer, expected) in enumerate(zip(fast, normal, strict=True)):
+        assert answer == expected, f"request {index}: fast path {answer} != DRF view {expected}"
+    return normal, (by_view_fast, len(view_calls) - by_view_fast)
+
+
 @pytest.mark.django_db
 def test_the_fast_path_answers_stored_clicks_exactly_as_the_view_and_leaves_the_rest_to_it(
     study, settings, view_calls
 ):
-    fast = _exchange(study, settings, fast=True)
-    taken_by_view_fast = len(view_calls)
-    normal = _exchange(study, settings, fast=False)
+    normal, by_view = _both_paths(_exchange, study, settings, view_calls)
     assert [status for status, _body, _headers in normal] == [201, 200, 201, 409, 409, 404, 400, 409]
-    for index, (answer, expected) in enumerate(zip(fast, normal, strict=True)):
-        assert answer == expected, f"request {index}: fast path {answer} != DRF view {expected}"
     # the three stored clicks (201, 200, 201) were answered without the view; the five refusals by it
-    assert taken_by_view_fast == 5
-    assert len(view_calls) - taken_by_view_fast == 8
+    assert by_view == (5, 8)
     assert sorted(Click.objects.values_list("idempotency_key", flat=True)) == [
         "fast-0", "fast-1", "view-0", "view-1"
     ]  # fmt: skip
@@ -151,15 +153,10 @@ def _presented_exchange(study, settings, *, fast: bool) -> list:
 def test_the_fast_path_records_presentations_exactly_as_the_view_and_leaves_refusals_to_it(
     study, settings, presented_view_calls
 ):
-    fast = _presented_exchange(study, settings, fast=True)
-    taken_by_view_fast = len(presented_view_calls)
-    normal = _presented_exchange(study, settings, fast=False)
+    normal, by_view = _both_paths(_presented_exchange, study, settings, presented_view_calls)
     assert [status for status, _body, _headers in normal] == [200, 200, 200, 409, 400, 400, 404]
     assert json.loads(normal[2][1])["replayed"] is True
-    for index, (answer, expected) in enumerate(zip(fast, normal, strict=True)):
-        assert answer == expected, f"request {index}: fast path {answer} != DRF view {expected}"
-    assert taken_by_view_fast == 4
-    assert len(presented_view_calls) - taken_by_view_fast == 7
+    assert by_view == (4, 7)
 
 
 @pytest.mark.parametrize(

@@ -212,6 +212,18 @@ def test_ritm_choice_with_skipped_transforms_is_the_two_transform_rule():
         assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
 
 
+def _choice_is_the_two_transform_rule(
+    fn: np.ndarray, fp: np.ndarray, not_clicked: np.ndarray
+) -> tuple[int, float, float]:
+    """Assert ``ritm_choice`` chooses as two full transforms do; (transforms it looked up, max fn, max fp)."""
+    max_fn, at_fn = deepest_point(fn, not_clicked)
+    max_fp, at_fp = deepest_point(fp, not_clicked)
+    positive = bool(max_fn > max_fp)
+    distance.clear_cache()
+    assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
+    return sum(distance.cache_stats()), max_fn, max_fp
+
+
 def test_ritm_choice_on_large_regions_skips_the_losers_transform_by_the_coarse_bound():
     """Regions above COARSE_MIN_PX: the same choice as the two-transform rule, and the coarse bound decides
     where the box-and-count bound does not (one transform looked up instead of two)."""
@@ -223,12 +235,7 @@ def test_ritm_choice_on_large_regions_skips_the_losers_transform_by_the_coarse_b
         pred = _blobs(rng, height, width)
         not_clicked = rng.random((height, width)) > 0.001
         fn, fp = error_regions(gt=gt, ignore=np.zeros_like(gt), pred=pred)
-        max_fn, at_fn = deepest_point(fn, not_clicked)
-        max_fp, at_fp = deepest_point(fp, not_clicked)
-        positive = bool(max_fn > max_fp)
-        distance.clear_cache()
-        assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
-        lookups = sum(distance.cache_stats())
+        lookups, max_fn, max_fp = _choice_is_the_two_transform_rule(fn, fp, not_clicked)
         crude_fn = distance.distance_upper_bound(fn, distance.mask_box(fn))
         crude_fp = distance.distance_upper_bound(fp, distance.mask_box(fp))
         crude_decides = max_fn > crude_fp if crude_fn >= crude_fp else max_fp >= crude_fn
@@ -374,10 +381,5 @@ def test_ritm_choice_on_scattered_and_solid_regions_is_the_two_transform_rule():
             pred = _blobs(rng, height, width)
         not_clicked = rng.random((height, width)) > 0.001
         fn, fp = error_regions(gt=gt, ignore=np.zeros_like(gt), pred=pred)
-        max_fn, at_fn = deepest_point(fn, not_clicked)
-        max_fp, at_fp = deepest_point(fp, not_clicked)
-        positive = bool(max_fn > max_fp)
-        distance.clear_cache()
-        assert ritm_choice(fn, fp, not_clicked) == (positive, at_fn if positive else at_fp)
-        skipped += sum(distance.cache_stats()) == 1
+        skipped += _choice_is_the_two_transform_rule(fn, fp, not_clicked)[0] == 1
     assert skipped >= 30

@@ -21,6 +21,14 @@ def _other_connection_query(sql: str, params: list) -> list[tuple]:
         other.close()
 
 
+def _needs_postgresql() -> None:
+    if connection.vendor != "postgresql":
+        pytest.fail(
+            "this test needs PostgreSQL (it reads and ends the test's server connection): run it with "
+            "DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db>, as `make test-services` does."
+        )
+
+
 def _health_check() -> None:
     """What Django does before the first statement of a request (CONN_HEALTH_CHECKS)."""
     connection.health_check_done = False
@@ -30,11 +38,7 @@ def _health_check() -> None:
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
 def test_the_health_check_sends_no_statement_and_replaces_a_connection_the_server_ended():
-    if connection.vendor != "postgresql":
-        pytest.fail(
-            "this test needs PostgreSQL (it ends the test's server connection): run it with "
-            "DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db>, as `make test-services` does."
-        )
+    _needs_postgresql()
     assert connection.settings_dict["CONN_HEALTH_CHECKS"] is True
     marker = f"SELECT 'marker-{uuid.uuid4().hex}'"
     with connection.cursor() as cursor:
@@ -65,10 +69,7 @@ def test_the_health_check_sends_no_statement_and_replaces_a_connection_the_serve
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
 def test_the_health_check_inside_a_transaction_falls_back_to_the_stock_statement():
-    if connection.vendor != "postgresql":
-        pytest.fail(
-            "this test needs PostgreSQL: run it with DATABASE_URL=postgres://... (make test-services)."
-        )
+    _needs_postgresql()
     from django.db import transaction
 
     with transaction.atomic():
