@@ -120,8 +120,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # a stored click (the common case of the busiest endpoint) answered without the layers below and DRF;
-    # anything else continues down (annotation_ui/fast_click.py). After Security: SSL redirect, host, headers
+    # a stored click or a recorded presentation (the busiest endpoints' common case) answered without the
+    # layers below and DRF; anything else continues down (annotation_ui/fast_click.py). After Security: SSL
+    # redirect, host check, security headers
     "annotation_ui.fast_click.ClickFastPathMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -241,8 +242,8 @@ REST_FRAMEWORK = {
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
-# annotation_ui.fast_click: stored clicks answered before the other middleware and DRF (off: every click takes
-# the DRF view; the answers are the same)
+# annotation_ui.fast_click: stored clicks and recorded presentations answered before the other middleware and
+# DRF (off: every request takes the DRF view; the answers are the same)
 CLICK_FAST_PATH = env_bool("CLICK_FAST_PATH", True)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
