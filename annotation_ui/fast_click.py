@@ -21,7 +21,6 @@ would otherwise only show as a slower endpoint. ``CLICK_FAST_PATH`` (setting, de
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -31,6 +30,7 @@ from django.db import DatabaseError
 from django.http import HttpResponse
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
+from rest_framework.renderers import JSONRenderer
 
 from collector.models import Session
 from collector.services.presentations import PresentationRefused, trial_presented_record
@@ -38,15 +38,18 @@ from collector.services.sessions import ClickRefused, click_ingest
 from collector.services.tokens import TokenInvalid, session_token_read
 
 from .parsers import MAX_BODY_BYTES, BodyRefused, parse_body
-from .serializers import MAX_COORDINATE_PX, MAX_POSITION, MAX_TIMESTAMP_MS
+from .serializers import FLAG_PATTERN, MAX_COORDINATE_PX, MAX_POSITION, MAX_TIMESTAMP_MS, TOKEN_PATTERN
 
 logger = logging.getLogger(__name__)
 #: What the normal path answers as a 4xx or a 503: the fast path hands these over without a word.
 _EXPECTED = (BodyRefused, TokenInvalid, ClickRefused, PresentationRefused, ValueError, Session.DoesNotExist,
              DatabaseError)  # fmt: skip
 FAST_PATH = re.compile(r"/api/annotator/(?P<token>[^/]+)/(?P<endpoint>click|presented)")
-_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_FLAG = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+# the serializers' own patterns, used with fullmatch (their "$" would also take a trailing line feed, which
+# the StrictString check refuses anyway)
+_KEY = re.compile(TOKEN_PATTERN.removeprefix("^").removesuffix("$"))
+_FLAG = re.compile(FLAG_PATTERN.removeprefix("^").removesuffix("$"))
+_RENDERER = JSONRenderer()  # the DRF views' renderer: the same bytes
 _POINTER_TYPES = frozenset(("mouse", "touch", "pen", ""))
 _ONSET_NAMES = ("A", "B", "C", "D", "click")
 # name: (lowest, highest, required, default when absent (_ABSENT: left out), null allowed)
@@ -153,12 +156,13 @@ def click_input(data: dict) -> dict | None:
 def presented_input(data: dict) -> dict | None:
     """``data`` as ``PresentedIn`` validates it, or None when it is anything but plainly valid (see
     ``click_input``)."""
-    position, key = data.get("position"), data.get("presentation_id")
-    if type(position) is not int or not 0 <= position <= MAX_POSITION:
-        return None
+    key = data.get("presentation_id")
     if type(key) is not str or not _KEY.fullmatch(key):
         return None
-    return {"position": position, "presentation_id": key}
+    try:
+        return {"position": _integer(data.get("position"), MAX_POSITION), "presentation_id": key}
+    except _NotPlain:
+        return None
 
 
 def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
@@ -219,9 +223,7 @@ class ClickFastPathMiddleware:
         if answer is None:
             return None
         status, body = answer
-        response = HttpResponse(
-            json.dumps(body, separators=(",", ":")).encode(), content_type="application/json", status=status
-        )
+        response = HttpResponse(_RENDERER.render(body), content_type="application/json", status=status)
         # what the normal path's layers add to this answer: DRF (Allow), the annotator API (no-store),
         # CommonMiddleware (Content-Length), LocaleMiddleware (Vary, Content-Language), XFrameOptionsMiddleware
         response["Allow"] = "POST, OPTIONS"

@@ -29,8 +29,6 @@ MAX_BODY_BYTES = 16_000
 #: Top-level object = 1; ``client_info`` or ``phase_onsets_ms`` = 2; a value inside them = 3.
 MAX_DEPTH = 3
 MAX_INT_DIGITS = 16
-#: Characters a string may hold besides printable ones (only free-text fields accept them; see serializers).
-WHITESPACE_CONTROLS = frozenset("\t\n\r")
 
 
 class BodyRefused(ParseError):
@@ -45,6 +43,7 @@ class BodyRefused(ParseError):
 # stability policy) and Cs (surrogates), so a clean string, the common case, is found by one regex search
 # instead of a category lookup per character (tests/annotation_ui/test_parsers.py checks every code point).
 _FAULTY = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# ... and the same less tab, line feed and carriage return, which free-text fields accept (see serializers)
 _FAULTY_BESIDES_WHITESPACE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
