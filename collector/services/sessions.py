@@ -1,8 +1,8 @@
 """Sessions: starting a batch, recording its clicks exactly once, and finishing it.
 
 A session is one batch of trials by one worker on one device. ``session_start`` allocates the targets and
-creates the trials in one transaction; ``click_ingest`` stores the one click of a trial (two queries, no
-lock; ``click_record`` wraps it for callers that want the Click row), keyed by a client idempotency key so
+creates the trials in one transaction; ``click_ingest`` stores the one click of a trial (one statement on
+PostgreSQL in the common case, no lock; ``click_record`` wraps it for callers that want the Click row), keyed by a client idempotency key so
 retried uploads never store a click twice, with the server-side timing rules; ``session_problem_record``
 keeps the refusals the player showed the annotator; ``session_finish`` closes the batch once the server
 holds every click, makes the completion code and enqueues validation after commit.
@@ -10,6 +10,7 @@ holds every click, makes the completion code and enqueues validation after commi
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -22,11 +23,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from collector.models import Click, Round, Session, Study, Trial, Worker
+from collector.models import Click, DisplayMode, Round, Session, Study, Trial, Worker
 from collector.services.codes import completion_code_make
 from collector.services.outbox import task_intent_add
 from collector.services.prepared import prepared_cursor
-from collector.services.presentations import trial_server_flags
+from collector.services.presentations import REPLAY_FLAG, trial_server_flags
 from collector.services.qualification import (
     not_qualified_message,
     qualification_required,
@@ -387,12 +388,27 @@ def _session_trials(session_id: int, position: int) -> tuple[Session, list[_Tria
     one prepared statement, no lock. The instances hold only the fields the click path reads (see
     ``_HOT_*_FIELDS``); the other trials stay tuples (no model instance, their ``presentations`` never
     decoded). Raises Session.DoesNotExist when the session has no trials (it does not exist)."""
-    sql, columns = _hot_query()
+    sql, _columns = _hot_query()
     with prepared_cursor() as cursor:
         cursor.execute(sql, [session_id])
         rows = cursor.fetchall()
+    return _session_from_rows(session_id, position, rows)
+
+
+def _trial_rows(rows: list) -> list[_TrialRow]:
+    """The light tuples of the hot read's rows (no conversion: ids, positions and keys come back as they are)."""
+    n_trial = len(_HOT_TRIAL_FIELDS)
+    at_id, at_position = _HOT_TRIAL_FIELDS.index("id"), _HOT_TRIAL_FIELDS.index("position")
+    return [_TrialRow(row[at_id], row[at_position], row[n_trial], row[n_trial + 1]) for row in rows]
+
+
+def _session_from_rows(
+    session_id: int, position: int, rows: list
+) -> tuple[Session, list[_TrialRow], Trial | None]:
+    """``_session_trials``'s answer built from the hot read's rows (see there)."""
     if not rows:
         raise Session.DoesNotExist(f"session {session_id} does not exist.")
+    _sql, columns = _hot_query()
 
     def converted(row, first: int, last: int) -> list:
         values = []
@@ -408,8 +424,7 @@ def _session_trials(session_id: int, position: int) -> tuple[Session, list[_Tria
     study = Study.from_db(connection.alias, _HOT_STUDY_FIELDS, converted(head, ends[2], ends[3]))
     session = Session.from_db(connection.alias, _HOT_SESSION_FIELDS, converted(head, ends[1], ends[2]))
     session.study = study
-    at_id, at_position = _HOT_TRIAL_FIELDS.index("id"), _HOT_TRIAL_FIELDS.index("position")
-    trials = [_TrialRow(row[at_id], row[at_position], row[n_trial], row[n_trial + 1]) for row in rows]
+    trials = _trial_rows(rows)
     trial = None
     for row, light in zip(rows, trials, strict=True):
         if light.position == position:
@@ -418,6 +433,121 @@ def _session_trials(session_id: int, position: int) -> tuple[Session, list[_Tria
             trial.click_pk, trial.click_key = light.click_pk, light.click_key
             break
     return session, trials, trial
+
+
+@functools.cache
+def _click_in_one_statement_sql() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """PostgreSQL: the statement of ``_click_in_one_statement`` and the attnames of the click and trial
+    fields it writes, in the order of its parameters (built once from the models' metadata).
+
+    The hot read (``_hot_query``) runs once, as the materialised CTE ``base`` (its columns renamed c0, c1...:
+    the read selects several ``id``); the statement answers its rows, in position order. ``hit`` is the trial
+    at the position, from those rows, when the common case holds: the session started and not expired, the
+    trial without a click, presented at least once and phases A + B + C over by the server's clock, less
+    ``CLICK_EARLY_TOLERANCE_MS`` (the very conditions of ``_check_click_timing``). ``ins`` inserts the click
+    there with ``ON CONFLICT DO NOTHING`` (a click on the trial or the key stored meanwhile: nothing is
+    written) and ``upd`` writes the trial's fields from the click, ``replayed`` among its flags when it was
+    presented more than once (``trial_server_flags``). The rows answered are the snapshot before the
+    statement, what the two-statement path would have read first; every case but the common one inserts
+    nothing here and is decided in Python on those rows, exactly as before.
+
+    The conditions are tested on ``base``'s few rows, not on the tables: a condition on the session table's
+    status and expiry let the generic plan scan the (status, expires_at) index over every running session."""
+    quote = connection.ops.quote_name
+    trial, click = Trial._meta, Click._meta
+    read, columns = _hot_query()
+    read_sql = read.replace("%s", "%(session)s")
+    if read_sql.count("%(session)s") != 1 or "%" in read_sql.replace("%(session)s", ""):
+        raise RuntimeError(f"the hot read must have exactly one parameter (the session id): {read}")
+    n_trial, n_session = len(_HOT_TRIAL_FIELDS), len(_HOT_SESSION_FIELDS)
+    at = {
+        **{("trial", name): index for index, name in enumerate(_HOT_TRIAL_FIELDS)},
+        ("click", "id"): n_trial,
+        **{("session", name): n_trial + 2 + index for index, name in enumerate(_HOT_SESSION_FIELDS)},
+        **{("study", name): n_trial + 2 + n_session + index for index, name in enumerate(_HOT_STUDY_FIELDS)},
+    }
+
+    def base(model: str, name: str) -> str:
+        return f"b.c{at[(model, name)]}"
+
+    def col(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    click_fields = [field for field in click.concrete_fields if not field.primary_key]
+    inserted = [
+        "hit.id"
+        if field.attname == "trial_id"
+        else f"CAST(%(c_{field.attname})s AS {field.db_type(connection)})"
+        for field in click_fields
+    ]
+    trial_written = ("phase_onsets_ms", "scheduled_onsets_ms", "load_wait_ms", "blocked_clicks", "refresh_hz")
+    assignments = [f"{col(trial, name)} = %(t_{name})s" for name in trial_written]
+    assignments.append(
+        f"{col(trial, 'flags')} = CASE WHEN jsonb_array_length(hit.presentations) > 1 "
+        f"THEN CAST(%(t_flags_replayed)s AS jsonb) ELSE CAST(%(t_flags)s AS jsonb) END"
+    )
+    shown = base("trial", "presentations")
+    abc_ms = (
+        f"{base('study', 'image_ms')} + CASE WHEN {base('study', 'display_mode')} = %(text_mode)s "
+        f"THEN {base('study', 'text_ms')} ELSE {base('study', 'target_ms')} END + {base('study', 'blocked_ms')}"
+    )
+    names = ", ".join(f"c{index}" for index in range(len(columns)))
+    sql = (
+        f"WITH base ({names}) AS MATERIALIZED ({read_sql}), "
+        f"hit AS (SELECT {base('trial', 'id')} AS id, {shown} AS presentations FROM base b "
+        f"WHERE {base('trial', 'position')} = %(position)s AND {base('click', 'id')} IS NULL "
+        f"AND {base('session', 'status')} = %(started)s AND {base('session', 'expires_at')} > %(now)s "
+        f"AND CASE WHEN jsonb_typeof({shown}) = 'array' THEN jsonb_array_length({shown}) ELSE 0 END >= 1 "
+        f"AND %(now)s >= CAST({shown} -> -1 ->> 'at' AS timestamptz) "
+        f"+ interval '1 millisecond' * ({abc_ms} - %(tolerance)s)), "
+        f"ins AS (INSERT INTO {quote(click.db_table)} "
+        f"({', '.join(quote(field.column) for field in click_fields)}) "
+        f"SELECT {', '.join(inserted)} FROM hit ON CONFLICT DO NOTHING "
+        f"RETURNING {col(click, 'id')} AS id, {col(click, 'trial')} AS trial_id), "
+        f"upd AS (UPDATE {quote(trial.db_table)} tt SET {', '.join(assignments)} FROM ins "
+        f"JOIN hit ON hit.id = ins.trial_id WHERE tt.{col(trial, 'id')} = ins.trial_id) "
+        f"SELECT b.*, (SELECT id FROM ins) FROM base b ORDER BY {base('trial', 'position')}"
+    )
+    return sql, tuple(field.attname for field in click_fields if field.attname != "trial_id"), trial_written
+
+
+def _click_in_one_statement(
+    *, session_id: int, position: int, now: datetime, click_values: dict, trial_fields: dict
+) -> tuple[list, int | None]:
+    """PostgreSQL, the common click in one round trip: the hot read's rows (as ``_session_trials`` reads
+    them, before this click) and the id of the click inserted with its trial's fields, or None when the
+    common case does not hold or the insert conflicted (nothing written: the caller decides on the rows).
+
+    ``click_values``: the Click's fields by attname (not its trial, id or defaults); ``trial_fields``: as
+    ``_insert_click``'s, with ``flags`` the client's (sorted, de-duplicated) — ``replayed`` is added here."""
+    sql, click_names, trial_names = _click_in_one_statement_sql()
+    meta, trial_meta = Click._meta, Trial._meta
+    params: dict = {
+        "session": session_id,
+        "position": position,
+        "started": Session.Status.STARTED.value,
+        "now": now,
+        "text_mode": DisplayMode.TEXT_DESCRIPTION.value,
+        "tolerance": CLICK_EARLY_TOLERANCE_MS,
+    }
+    for name in click_names:
+        field = meta.get_field(name)
+        value = click_values[name] if name in click_values else field.get_default()
+        if name == "received_at":
+            value = now
+        params[f"c_{name}"] = field.get_db_prep_save(value, connection)
+    for name in trial_names:
+        params[f"t_{name}"] = trial_meta.get_field(name).get_db_prep_save(trial_fields[name], connection)
+    flags = trial_meta.get_field("flags")
+    params["t_flags"] = flags.get_db_prep_save(trial_fields["flags"], connection)
+    replayed = sorted(set(trial_fields["flags"]) | {REPLAY_FLAG})
+    params["t_flags_replayed"] = flags.get_db_prep_save(replayed, connection)
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return [], None
+    return [row[:-1] for row in rows], rows[0][-1]
 
 
 def _check_click_timing(*, trial: Trial, study: Study, event_timestamp_ms, onsets: dict, now) -> None:
@@ -442,7 +572,7 @@ def _check_click_timing(*, trial: Trial, study: Study, event_timestamp_ms, onset
                 reason="click_too_early",
             )
     onset_d = onsets.get("D")
-    if event_timestamp_ms is not None and onset_d is not None and event_timestamp_ms < onset_d:
+    if _before_phase_d(event_timestamp_ms, onsets):
         raise ClickRefused(
             _(
                 "event_timestamp_ms=%(event_ms)s is before phase D's onset %(onset_ms)s (phase_onsets_ms.D); "
@@ -493,7 +623,7 @@ def _insert_click(*, click: Click, trial_fields: dict) -> int | None:
         return row[0]
 
 
-# C901: the click endpoint's hot path (two queries in the common case, no lock): a flat run of refusals and
+# C901: the click endpoint's hot path (one statement in the common case on PostgreSQL, no lock): a flat run of refusals and
 # the idempotent replay, whose order is the API's contract; left whole rather than spread over helpers.
 def click_ingest(  # noqa: C901
     *,
@@ -529,8 +659,11 @@ def click_ingest(  # noqa: C901
     Exactly once per ``idempotency_key`` and one click per trial, through the unique constraints and
     ``INSERT ... ON CONFLICT DO NOTHING``: a retry with the same key answers the stored click with
     created=False. No lock is taken: a finish can only succeed once every trial has its click, and a
-    click for a trial that has one conflicts. The common case is two queries (read the session's trials;
-    insert the click and update its trial), see ``_insert_click``.
+    click for a trial that has one conflicts. The common case (a started session, the trial presented and
+    its phase D due, valid values) is one statement on PostgreSQL: read the session's trials, insert the
+    click and update its trial (``_click_in_one_statement``); a retry is the same statement, inserting
+    nothing. Every other case, and SQLite, is decided in Python on the rows read, and a click still due is
+    inserted by ``_insert_click`` (one more statement).
 
     Raises ClickRefused (``reason``: session_closed, session_expired, no_trial, trial_done, key_reused,
     click_too_early, click_before_phase_d, invalid) and Session.DoesNotExist.
@@ -541,39 +674,84 @@ def click_ingest(  # noqa: C901
             f"idempotency_key must be 1-{MAX_KEY_LENGTH} characters; got {_shown(idempotency_key)}.",
             field="idempotency_key",
         )
-    session, trials, trial = _session_trials(session_id, position)
-    if trial is not None and trial.click_key == key:
-        return _receipt(trial.click_pk, trial, trials, created=False)
-    if any(t.click_key == key for t in trials):
-        raise _key_reused(position)
-
-    values = {
-        "x": _finite("x", x),
-        "y": _finite("y", y),
-        "shown_width": _finite("shown_width", shown_width, minimum=1.0),
-        "shown_height": _finite("shown_height", shown_height, minimum=1.0),
-        "reaction_ms": _optional_finite("reaction_ms", reaction_ms),
-        "event_timestamp_ms": _optional_finite("event_timestamp_ms", event_timestamp_ms),
-    }
-    if pointer_type not in POINTER_TYPES:
-        raise ClickRefused(
-            f"pointer_type={_shown(pointer_type)} must be one of mouse, touch, pen.", field="pointer_type"
-        )
+    # The click's own values are checked first, but a refusal of them is raised only where the API's order
+    # puts it (after the idempotent replay and the reused key, which need the session's rows).
+    invalid: ClickRefused | None = None
     try:
-        blocked = int(blocked_clicks or 0)
-    except (TypeError, ValueError):
-        raise ClickRefused(
-            f"blocked_clicks={_shown(blocked_clicks)} is not an integer.", field="blocked_clicks"
-        ) from None
-    if not 0 <= blocked <= 10000:
-        raise ClickRefused(f"blocked_clicks={blocked} must be between 0 and 10000.", field="blocked_clicks")
-    onsets = _clean_phase_onsets(phase_onsets_ms, name="phase_onsets_ms")
-    scheduled = _clean_phase_onsets(scheduled_onsets_ms, name="scheduled_onsets_ms")
-    wait = _finite("load_wait_ms", load_wait_ms or 0.0, minimum=0.0)
-    clean_flags = _clean_flags(flags)
-    refresh = _optional_finite("refresh_hz", refresh_hz)
+        values = {
+            "x": _finite("x", x),
+            "y": _finite("y", y),
+            "shown_width": _finite("shown_width", shown_width, minimum=1.0),
+            "shown_height": _finite("shown_height", shown_height, minimum=1.0),
+            "reaction_ms": _optional_finite("reaction_ms", reaction_ms),
+            "event_timestamp_ms": _optional_finite("event_timestamp_ms", event_timestamp_ms),
+        }
+        if pointer_type not in POINTER_TYPES:
+            raise ClickRefused(
+                f"pointer_type={_shown(pointer_type)} must be one of mouse, touch, pen.", field="pointer_type"
+            )
+        try:
+            blocked = int(blocked_clicks or 0)
+        except (TypeError, ValueError):
+            raise ClickRefused(
+                f"blocked_clicks={_shown(blocked_clicks)} is not an integer.", field="blocked_clicks"
+            ) from None
+        if not 0 <= blocked <= 10000:
+            raise ClickRefused(
+                f"blocked_clicks={blocked} must be between 0 and 10000.", field="blocked_clicks"
+            )
+        onsets = _clean_phase_onsets(phase_onsets_ms, name="phase_onsets_ms")
+        scheduled = _clean_phase_onsets(scheduled_onsets_ms, name="scheduled_onsets_ms")
+        wait = _finite("load_wait_ms", load_wait_ms or 0.0, minimum=0.0)
+        clean_flags = _clean_flags(flags)
+        refresh = _optional_finite("refresh_hz", refresh_hz)
+    except ClickRefused as refused:
+        invalid = refused
 
     now = timezone.now()
+    if (
+        connection.vendor == "postgresql"
+        and invalid is None
+        and not _before_phase_d(values["event_timestamp_ms"], onsets)
+    ):
+        # The common case in one round trip; anything else is decided below on the rows it read.
+        rows, click_id = _click_in_one_statement(
+            session_id=session_id,
+            position=position,
+            now=now,
+            click_values={"idempotency_key": key, "pointer_type": pointer_type, **values},
+            trial_fields={
+                "phase_onsets_ms": onsets,
+                "scheduled_onsets_ms": scheduled,
+                "load_wait_ms": wait,
+                "blocked_clicks": blocked,
+                "flags": sorted(set(clean_flags)),
+                "refresh_hz": refresh,
+            },
+        )
+        if click_id is not None:
+            trials = _trial_rows(rows)
+            trial_id = next(t.pk for t in trials if t.position == position)
+            logger.info(
+                "click recorded",
+                extra={
+                    "session_id": session_id,
+                    "trial_id": trial_id,
+                    "position": position,
+                    "click_id": click_id,
+                },
+            )
+            return _receipt(click_id, trial_id, position, trials, created=True)
+        session, trials, trial = _session_from_rows(session_id, position, rows)
+    else:
+        session, trials, trial = _session_trials(session_id, position)
+    if trial is not None and trial.click_key == key:
+        return _receipt(trial.click_pk, trial.pk, trial.position, trials, created=False)
+    if any(t.click_key == key for t in trials):
+        raise _key_reused(position)
+    if invalid is not None:
+        raise invalid
+
     if session.status != Session.Status.STARTED:
         raise ClickRefused(
             _("session %(session)s is %(status)s; it takes no more clicks.")
@@ -612,28 +790,36 @@ def click_ingest(  # noqa: C901
         "flags": sorted(set(clean_flags) | set(trial_server_flags(trial=trial))),
         "refresh_hz": refresh,
     }
-    click_id = _insert_click(click=click, trial_fields=trial_fields)
-    if click_id is None:
+    inserted = _insert_click(click=click, trial_fields=trial_fields)
+    if inserted is None:
         # Lost a race: the same key (a concurrent retry, or a key of another session) or another click here.
         winner = Click.objects.filter(idempotency_key=key).select_related("trial").first()
         if winner is None:
             raise ClickRefused(_trial_done_message(position, session.pk), reason="trial_done")
         if winner.trial_id != trial.pk:
             raise _key_reused(position)
-        return _receipt(winner.pk, trial, trials, created=False)
+        return _receipt(winner.pk, trial.pk, trial.position, trials, created=False)
     logger.info(
         "click recorded",
-        extra={"session_id": session.pk, "trial_id": trial.pk, "position": position, "click_id": click_id},
+        extra={"session_id": session.pk, "trial_id": trial.pk, "position": position, "click_id": inserted},
     )
-    return _receipt(click_id, trial, trials, created=True)
+    return _receipt(inserted, trial.pk, trial.position, trials, created=True)
 
 
-def _receipt(click_id: int, trial: Trial, trials: list[_TrialRow], *, created: bool) -> ClickReceipt:
-    missing = [t.position for t in trials if t.click_pk is None and t.pk != trial.pk]
+def _before_phase_d(event_ms: float | None, onsets: dict) -> bool:
+    """The click's own timestamp precedes its phase D onset (``_check_click_timing`` refuses it)."""
+    onset_d = onsets.get("D")
+    return event_ms is not None and onset_d is not None and event_ms < onset_d
+
+
+def _receipt(
+    click_id: int, trial_id: int, position: int, trials: list[_TrialRow], *, created: bool
+) -> ClickReceipt:
+    missing = [t.position for t in trials if t.click_pk is None and t.pk != trial_id]
     return ClickReceipt(
         click_id=click_id,
-        trial_id=trial.pk,
-        position=trial.position,
+        trial_id=trial_id,
+        position=position,
         created=created,
         missing_positions=missing,
     )

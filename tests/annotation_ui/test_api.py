@@ -275,13 +275,14 @@ def test_a_click_for_a_trial_never_presented_is_kept_but_flagged(token):
 
 
 @pytest.mark.django_db
-def test_a_click_request_is_two_statements_on_postgresql_and_a_retry_one(token):
+def test_a_click_request_is_one_statement_on_postgresql_and_a_retry_one(token):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     present_trials(_session_of(token))
-    # Token -> session id needs no query; 1 read of the session with its trials, 1 insert (+ trial update,
-    # one statement on PostgreSQL; two in one transaction on SQLite).
+    # Token -> session id needs no query. PostgreSQL: one statement reads the session with its trials and
+    # inserts the click with its trial's update; SQLite: the read, then the insert and the trial update in
+    # one transaction. A retry: the same statement (nothing inserted) on PostgreSQL, the read on SQLite.
     with CaptureQueriesContext(connection) as first:
         assert _send(token, "click", _click())[0] == 201
     with CaptureQueriesContext(connection) as retry:
@@ -289,15 +290,15 @@ def test_a_click_request_is_two_statements_on_postgresql_and_a_retry_one(token):
     statements = [
         q["sql"] for q in first.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))
     ]
-    assert len(statements) == (2 if connection.vendor == "postgresql" else 3), statements
+    assert len(statements) == (1 if connection.vendor == "postgresql" else 3), statements
     assert not any("FOR UPDATE" in sql or "FOR NO KEY UPDATE" in sql for sql in statements)
     assert len(retry.captured_queries) == 1, [q["sql"] for q in retry.captured_queries]
 
 
 @pytest.mark.django_db
 def test_the_click_statements_are_prepared_once_per_connection_and_reused(study, token):
-    """PostgreSQL planned each click's two statements anew (planning cost more than running them); they are
-    prepared on the connection's first click and reused by every later one, whatever the session. SQLite
+    """PostgreSQL planned each click's statement anew (planning cost more than running it); it is prepared
+    on the connection's first click and reused by every later one, whatever the session. SQLite
     has nothing to prepare: the click path must work there unchanged."""
     from django.db import connection
 
@@ -327,20 +328,27 @@ def test_the_click_statements_are_prepared_once_per_connection_and_reused(study,
         for sql, plans in statements.items()
         if "collector_click" in sql and "collector_trial" in sql
     }
-    assert len(click_path) == 2, statements  # the trials read and the insert, each prepared once
+    assert len(click_path) == 1, statements  # the read-and-insert statement, prepared once
     assert all(sum(plans) == clicks for plans in click_path.values()), click_path
-    # The plan kept for the trials read looks each trial's click up by its index: a plan made while the click
-    # table was small must not scan the whole table on every click once it has grown.
+    # The plan kept for it looks each trial's click up by its index: a plan made while the click table was
+    # small must not scan the whole table on every click once it has grown. Its first parameter is the
+    # session id; the others are left NULL (EXPLAIN without ANALYZE runs nothing).
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'SELECT%%' AND generic_plans > 0"
+            "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements "
+            "WHERE statement LIKE 'WITH base%%' AND generic_plans > 0"
         )
-        (name,) = cursor.fetchone()
-        cursor.execute(f"EXPLAIN EXECUTE {name}({Session.objects.order_by('pk').first().pk})")
+        (name, n_params) = cursor.fetchone()
+        session_pk = Session.objects.order_by("pk").first().pk
+        cursor.execute(f"EXPLAIN EXECUTE {name}({', '.join([str(session_pk)] + ['NULL'] * (n_params - 1))})")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on collector_click" not in plan and "collector_click_trial_id" in plan, plan
+    # ... and finds the session by its key: a condition on the session's status and expiry once let the
+    # generic plan walk the (status, expires_at) index over every running session
+    sessions = [line for line in plan.splitlines() if " on collector_session " in line]
+    assert sessions and all("collector_session_pkey" in line for line in sessions), plan
     # Django's own statements stay unprepared (client-side binding, its default).
-    assert len(statements) == 2, statements
+    assert len(statements) == 1, statements
 
 
 # ------------------------------------------------------------------------------------------------
