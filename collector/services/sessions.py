@@ -521,6 +521,8 @@ def _click_in_one_statement(
     ``click_values``: the Click's fields by attname (not its trial, id or defaults); ``trial_fields``: as
     ``_insert_click``'s, with ``flags`` the client's (sorted, de-duplicated) — ``replayed`` is added here."""
     sql, click_names, trial_names = _click_in_one_statement_sql()
+    if set(trial_fields) != {*trial_names, "flags"}:  # the statement writes what the Python path writes
+        raise ValueError(f"trial_fields {sorted(trial_fields)} must be {sorted({*trial_names, 'flags'})}")
     meta, trial_meta = Click._meta, Trial._meta
     params: dict = {
         "session": session_id,
