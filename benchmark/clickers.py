@@ -329,7 +329,11 @@ class _GroupMass:
         bucket = int(np.searchsorted(self.bucket_cumulative, target, side=side))
         if bucket >= len(self.bucket_cumulative):
             return self.max_value
-        members = np.sort(self.values[self.keys == bucket])
+        members = self.values[self.keys == bucket]
+        smallest = members.min()
+        if smallest == members.max():  # one value (ties are common in DT maps): no sort needed
+            return float(smallest)
+        members.sort()
         before = self.bucket_cumulative[bucket - 1] if bucket else 0.0
         prefix = np.cumsum(members)
         prefix += before  # exact: each is a sum of a subset of the values
