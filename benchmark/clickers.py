@@ -17,8 +17,10 @@ Clickers:
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypedDict
+from typing import Literal, Protocol, TypedDict
 
 import cv2
 import numpy as np
@@ -270,16 +272,87 @@ def sample_group_pixel(
     return x, y
 
 
-class _SortedMass:
-    """The sorted positive values of a weight map and their cumulative sums (reusable across groups).
+EXACT_SUM_LIMIT = 2.0**52
+"""Below this many quanta (the smallest value's float32 ulp) every partial sum of the values is exact in float64."""
+MASS_BUCKETS = 4096
+"""At most this many buckets of float32 bit patterns in :class:`_GroupMass`'s exact path."""
 
-    ``narrow``: the same values as float32 when the map is float32 (sorted instead: the widening is
-    exact and keeps the order, so the result is the same array).
+
+class _GroupMass:
+    """The cumulative mass of a weight map's positive values, for the group band limits (reusable across groups).
+
+    ``values``: the positive values as float64 (any order); ``narrow``: the same values as float32 when
+    the map is float32 (else they are checked for being float32 values). The band limits are defined
+    on the ascending order and its sequential cumulative sums (``np.cumsum(np.sort(values))``, the
+    reference's ``group_band``). Two paths give the very same floats:
+
+    * exact (``self.exact``): the values are float32 and ``n * max`` is below :data:`EXACT_SUM_LIMIT`
+      quanta of ``2**(e - 24)`` (``e`` the smallest value's binary exponent, so every value is a
+      multiple of that quantum). Then every sum of a subset of the values is a multiple of the quantum
+      below ``2**53`` of them, so exact in float64, whatever the order of the additions: the cumulative
+      sums in sorted order are the exact prefix sums, and so is any other summation. No sort then: the
+      values are put in at most :data:`MASS_BUCKETS` buckets of their (order-preserving) float32 bit
+      patterns, the buckets' sums and cumulative sums are exact, and only the bucket a band limit falls
+      in is sorted. The DT click model's maps (float32 distance / largest distance, so the smallest
+      value is at least 1 / largest) take this path whenever pixels x largest distance (px) <= 2**28:
+      always at 640x480 (307,200 px, distances at most the 800-px diagonal).
+    * sorted (otherwise): ``np.sort`` and ``np.cumsum``, as the reference does.
     """
 
     def __init__(self, values: np.ndarray, narrow: np.ndarray | None = None) -> None:
-        self.ordered = np.sort(values) if narrow is None else np.sort(narrow).astype(np.float64)
-        self.cumulative = np.cumsum(self.ordered)
+        self.values = values
+        if narrow is None:
+            candidate = values.astype(np.float32)
+            narrow = candidate if np.array_equal(candidate, values) else None
+        self.exact = narrow is not None and _sums_are_exact(narrow)
+        if self.exact:
+            assert narrow is not None
+            bits = narrow.view(np.uint32)  # positive float32: the bit patterns sort as the values do
+            low_bits = int(bits.min())
+            self.min_value, self.max_value = float(narrow.min()), float(narrow.max())
+            shift = max(0, (int(bits.max()) - low_bits).bit_length() - MASS_BUCKETS.bit_length() + 1)
+            self.keys = ((bits - np.uint32(low_bits)) >> np.uint32(shift)).astype(np.intp)
+            self.bucket_cumulative = np.cumsum(np.bincount(self.keys, weights=values))
+            self.total = float(self.bucket_cumulative[-1])
+        else:
+            # float32 -> float64 keeps the order, and float32 sorts faster
+            self.ordered = np.sort(values) if narrow is None else np.sort(narrow).astype(np.float64)
+            self.cumulative = np.cumsum(self.ordered)
+            self.total = float(self.cumulative[-1])
+            self.min_value, self.max_value = float(self.ordered[0]), float(self.ordered[-1])
+
+    def value_at(self, target: float, side: Literal["left", "right"]) -> float:
+        """The sorted value at ``np.searchsorted(cumulative, target, side)``, capped at the last value."""
+        if not self.exact:
+            last = len(self.ordered) - 1
+            return float(self.ordered[min(int(np.searchsorted(self.cumulative, target, side=side)), last)])
+        bucket = int(np.searchsorted(self.bucket_cumulative, target, side=side))
+        if bucket >= len(self.bucket_cumulative):
+            return self.max_value
+        members = self.values[self.keys == bucket]
+        smallest = members.min()
+        if smallest == members.max():  # one value (ties are common in DT maps): no sort needed
+            return float(smallest)
+        members.sort()
+        before = self.bucket_cumulative[bucket - 1] if bucket else 0.0
+        prefix = np.cumsum(members)
+        prefix += before  # exact: each is a sum of a subset of the values
+        return float(members[min(int(np.searchsorted(prefix, target, side=side)), len(members) - 1)])
+
+    def band_sum(self, positions: np.ndarray, values: np.ndarray, size: int) -> float:
+        """``np.sum`` of the full-size array holding ``values`` (a subset of the mass) at ``positions``."""
+        if self.exact:
+            return float(values.sum())  # exact in any order, so the pairwise sum's float too
+        return _full_sum(positions, values, size)
+
+
+def _sums_are_exact(narrow: np.ndarray) -> bool:
+    """True when every float64 sum of a subset of these positive float32 values is exact (see _GroupMass)."""
+    smallest, largest = float(narrow.min()), float(narrow.max())
+    if not (smallest > 0 and np.isfinite(largest)):
+        return False
+    exponent = math.frexp(smallest)[1]  # smallest in [2**(e-1), 2**e): its float32 ulp is 2**(e-24) (or less)
+    return math.ldexp(narrow.size * largest, 24 - exponent) < EXACT_SUM_LIMIT
 
 
 class Round1Cache(TypedDict, total=False):
@@ -288,21 +361,27 @@ class Round1Cache(TypedDict, total=False):
     round1_step: tuple[
         np.ndarray, bool, tuple[int, int], Box | None
     ]  # (error region, is_positive, deepest, box)
-    round1: tuple[np.ndarray, np.ndarray, _SortedMass]  # A's flat positions, its values, their sorted mass
+    round1: tuple[np.ndarray, np.ndarray, _GroupMass]  # A's flat positions, its values, their group mass
 
 
-_SUM_BUFFERS: dict[int, np.ndarray] = {}
-_FLAT_INDEX: dict[tuple[int, int], np.ndarray] = {}
+class _Scratch(threading.local):
+    """Per-thread reusable arrays: threads sampling at the same time never share a buffer."""
+
+    def __init__(self) -> None:
+        self.sum_buffers: dict[int, np.ndarray] = {}
+        self.flat_index: dict[tuple[int, int], np.ndarray] = {}
+
+
+_SCRATCH = _Scratch()
 
 
 def _flat_index(height: int, width: int) -> np.ndarray:
-    """The read-only (H, W) array of row-major flat indices (one kept, for the last image size)."""
-    index = _FLAT_INDEX.get((height, width))
+    """The read-only (H, W) array of row-major flat indices (one kept per thread, for its last image size)."""
+    cache = _SCRATCH.flat_index
+    index = cache.get((height, width))
     if index is None:
-        _FLAT_INDEX.clear()
-        index = _FLAT_INDEX[(height, width)] = np.arange(height * width, dtype=np.int64).reshape(
-            height, width
-        )
+        cache.clear()
+        index = cache[(height, width)] = np.arange(height * width, dtype=np.int64).reshape(height, width)
         index.flags.writeable = False
     return index
 
@@ -311,12 +390,13 @@ def _full_sum(positions: np.ndarray, values: np.ndarray, size: int) -> float:
     """``np.sum`` of the full-size array holding ``values`` at ``positions`` and zeros elsewhere.
 
     NumPy sums pairwise, so the zeros' places change the rounding: the full layout is rebuilt in a
-    reused zero buffer to get the very same float.
+    reused zero buffer (the calling thread's own) to get the very same float.
     """
-    buffer = _SUM_BUFFERS.get(size)
+    buffers = _SCRATCH.sum_buffers
+    buffer = buffers.get(size)
     if buffer is None:
-        _SUM_BUFFERS.clear()
-        buffer = _SUM_BUFFERS[size] = np.zeros(size, dtype=np.float64)
+        buffers.clear()
+        buffer = buffers[size] = np.zeros(size, dtype=np.float64)
     buffer[positions] = values
     total = float(buffer.sum())
     buffer[positions] = 0.0
@@ -331,7 +411,7 @@ def sample_sparse(
     low: float,
     high: float,
     rng: np.random.Generator,
-    sorted_mass: _SortedMass | None = None,
+    group_mass: _GroupMass | None = None,
 ) -> int | None:
     """Flat index drawn from group [low, high] of a map given by its positive ``values`` at ``positions``.
 
@@ -343,21 +423,19 @@ def sample_sparse(
     * the draw: ``Generator.choice`` with ``p`` takes ``cdf = cumsum(p); cdf /= cdf[-1]`` and the
       first index with ``cdf > u``; zeros do not move the cumulative sum, so that index is a positive
       one and the cumulative sums over the positive values alone are the same floats. The total is
-      the full array's (pairwise) sum, rebuilt in a reused buffer.
+      the full array's (pairwise) sum: any sum of the values when their sums are exact (see
+      :class:`_GroupMass`), else rebuilt in a reused buffer.
     """
     if not 0.0 <= low <= high <= 1.0:
         raise ValueError(f"Clicking group bounds low={low}, high={high} must satisfy 0 <= low <= high <= 1.")
-    mass = sorted_mass or _SortedMass(values)
-    total = mass.cumulative[-1]
-    last = len(mass.ordered) - 1
-    low_target, high_target = low * total, high * total
-    lo_value = mass.ordered[min(int(np.searchsorted(mass.cumulative, low_target, side="left")), last)]
-    if not low_target > 0:
-        lo_value = mass.ordered[0]  # the full band starts at the zeros (or the smallest value)
-    hi_value = mass.ordered[min(int(np.searchsorted(mass.cumulative, high_target, side="right")), last)]
+    mass = group_mass or _GroupMass(values)
+    low_target, high_target = low * mass.total, high * mass.total
+    # with no mass below the band the full band starts at the zeros (or the smallest value)
+    lo_value = mass.value_at(low_target, "left") if low_target > 0 else mass.min_value
+    hi_value = mass.value_at(high_target, "right")
     keep = (values >= lo_value) & (values <= hi_value)
     kept_positions, kept = positions[keep], values[keep]
-    band_total = _full_sum(kept_positions, kept, size)
+    band_total = mass.band_sum(kept_positions, kept, size)
     if not band_total > 0:
         return None
     cdf = np.cumsum(kept / band_total)
@@ -555,15 +633,14 @@ class GroupClicker:
                 return None
             picked = raw_map.ravel()[positions] if raw_map.flags.c_contiguous else crop_map[keep]
             values = np.asarray(picked, dtype=np.float64)
-            # float32 -> float64 keeps the order, and float32 sorts faster
-            mass = _SortedMass(values, picked if picked.dtype == np.float32 else None)
+            mass = _GroupMass(values, picked if picked.dtype == np.float32 else None)
             if shared and self.shared_cache is not None:
                 # round 1 of every group of an instance draws from the same A: select and sort it once
                 self.shared_cache["round1"] = (positions, values, mass)
         else:
             positions, values, mass = cached
         drawn = sample_sparse(positions, values, height * width, low=self.low, high=self.high,
-                              rng=self.rng, sorted_mass=mass)  # fmt: skip
+                              rng=self.rng, group_mass=mass)  # fmt: skip
         if drawn is None:
             return None
         y, x = divmod(drawn, width)

@@ -5,12 +5,16 @@ The distance transforms are compared with SciPy's exact full-frame ``distance_tr
 
 from __future__ import annotations
 
+import math
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
 import cv2
 import numpy as np
 import pytest
 from scipy import ndimage
 
-from benchmark import distance
+from benchmark import clickers, distance
 from benchmark.clickability.click_model import load_click_model
 from benchmark.clickers import (
     GroupClicker,
@@ -20,6 +24,7 @@ from benchmark.clickers import (
     padded_distance,
     ritm_choice,
     sample_group_pixel,
+    sample_sparse,
 )
 from benchmark.metrics import InstanceIoU, iou
 
@@ -383,3 +388,145 @@ def test_ritm_choice_on_scattered_and_solid_regions_is_the_two_transform_rule():
         fn, fp = error_regions(gt=gt, ignore=np.zeros_like(gt), pred=pred)
         skipped += _choice_is_the_two_transform_rule(fn, fp, not_clicked)[0] == 1
     assert skipped >= 30
+
+
+def _mass_maps(rng):
+    """Positive float32 value sets: DT-like, random, ties, one value, subnormals, and wide ranges (not exact)."""
+    for trial in range(120):
+        size = int(rng.integers(1, 5000))
+        kind = trial % 8
+        if kind == 0:  # the DT click model's values: sqrt of integers over the maximum
+            distances = np.sqrt(rng.integers(1, 40_000, size).astype(np.float32))
+            values = distances / distances.max()
+        elif kind == 1:
+            values = rng.random(size).astype(np.float32) + np.float32(1e-3)
+        elif kind == 2:  # heavy ties
+            values = rng.integers(1, 5, size).astype(np.float32) / np.float32(4)
+        elif kind == 3:
+            values = np.full(size, np.float32(0.37))
+        elif kind == 4:  # float32 subnormals only: exact, with a tiny quantum
+            values = rng.integers(1, 1000, size).astype(np.float32) * np.float32(1e-42)
+        elif kind == 5:  # 1e-9 .. 1: a smallest value too small for exact sums
+            values = np.exp(rng.uniform(np.log(1e-9), 0, size)).astype(np.float32)
+        elif kind == 6:  # a bucket boundary's neighbours: consecutive float32 values
+            values = np.nextafter(np.float32(0.5), np.float32(1), dtype=np.float32) * np.ones(
+                size, np.float32
+            )
+            values[::3] = np.float32(0.5)
+            values[::7] = np.nextafter(np.float32(0.5), np.float32(0), dtype=np.float32)
+        else:
+            values = np.float32(1 + rng.random(size) * 1000)
+        yield kind, np.ascontiguousarray(values, np.float32)
+
+
+def test_group_mass_band_limits_and_sums_are_the_sorted_cumulative_sums():
+    """The bucketed exact path (no sort) gives the same total, band limits and band sums as
+    ``np.cumsum(np.sort(values))`` and the full-size pairwise ``np.sum`` (and says when it is not exact)."""
+    rng = np.random.default_rng(31)
+    exact_kinds: set[int] = set()
+    fallback_kinds: set[int] = set()
+    for kind, narrow in _mass_maps(rng):
+        values = narrow.astype(np.float64)
+        rng.shuffle(values)
+        narrow = values.astype(np.float32)
+        ordered = np.sort(values)
+        cumulative = np.cumsum(ordered)
+        for mass in (clickers._GroupMass(values, narrow), clickers._GroupMass(values)):
+            (exact_kinds if mass.exact else fallback_kinds).add(kind)
+            assert mass.total == cumulative[-1]
+            assert (mass.min_value, mass.max_value) == (ordered[0], ordered[-1])
+            for fraction in (0.0, 1e-9, 0.1, 0.3, 0.5, 0.77, 0.9, 1.0, *rng.random(3)):
+                target = float(fraction) * mass.total
+                for side in ("left", "right"):
+                    expected = ordered[
+                        min(int(np.searchsorted(cumulative, target, side=side)), len(ordered) - 1)
+                    ]
+                    assert mass.value_at(target, side) == expected, (kind, fraction, side)
+            size = values.size + int(rng.integers(0, 3000))
+            positions = np.sort(rng.choice(size, values.size, replace=False))
+            keep = rng.random(values.size) > 0.4
+            layout = np.zeros(size)
+            layout[positions[keep]] = values[keep]
+            assert mass.band_sum(positions[keep], values[keep], size) == layout.sum()
+    assert exact_kinds == {0, 1, 2, 3, 4, 6, 7} and fallback_kinds == {5}
+
+
+def test_exactness_rule_holds_sums_in_any_order_are_the_exact_sum():
+    rng = np.random.default_rng(32)
+    checked = 0
+    for _, narrow in _mass_maps(rng):
+        if not clickers._sums_are_exact(narrow):
+            continue
+        values = narrow.astype(np.float64)
+        exact = math.fsum(values)
+        assert (
+            values.sum() == exact and np.cumsum(values)[-1] == exact and np.cumsum(values[::-1])[-1] == exact
+        )
+        checked += 1
+    assert checked > 80
+    worst_640x480 = np.ones(
+        640 * 480, np.float32
+    )  # a DT map: every pixel at the 800-px diagonal but one at 1 px
+    worst_640x480[0] = np.float32(1) / np.float32(800)
+    assert clickers._sums_are_exact(worst_640x480)
+    assert not clickers._sums_are_exact(np.concatenate([worst_640x480, np.ones(1920 * 1080, np.float32)]))
+    assert not clickers._sums_are_exact(np.array([1e-20, 1.0], np.float32))
+    assert not clickers._sums_are_exact(np.array([0.0, 1.0], np.float32))
+    assert not clickers._sums_are_exact(np.array([1.0, np.inf], np.float32))
+
+
+def test_group_sampling_on_float32_maps_draws_what_the_full_image_choice_draws():
+    """The engine's path: float32 maps (exact and not) through sample_sparse with a shared mass."""
+    rng = np.random.default_rng(33)
+    paths = set()
+    for trial in range(120):
+        height, width = (int(v) for v in rng.integers(4, 90, 2))
+        mask = _blobs(rng, height, width)
+        if trial % 2:
+            base = ndimage.distance_transform_edt(mask).astype(np.float32)
+            base /= max(float(base.max()), 1.0)
+        else:  # spanning 1e-12 .. 1: the sorted path
+            base = np.exp(rng.uniform(np.log(1e-12), 0, (height, width))).astype(np.float32)
+        weights = (base * mask).astype(np.float32)
+        positions = np.flatnonzero(weights > 0)
+        if positions.size == 0:
+            continue
+        narrow = weights.ravel()[positions]
+        values = narrow.astype(np.float64)
+        mass = clickers._GroupMass(values, narrow)
+        paths.add(mass.exact)
+        for low, high in ((0.0, 0.1), (0.3, 0.4), (0.9, 1.0), (0.0, 1.0), (0.0, 0.0), (1.0, 1.0)):
+            seed = int(rng.integers(1 << 30))
+            first, second = np.random.default_rng(seed), np.random.default_rng(seed)
+            drawn = sample_sparse(
+                positions, values, weights.size, low=low, high=high, rng=first, group_mass=mass
+            )
+            expected = _plain_sample(weights, low, high, second)
+            assert (None if drawn is None else (drawn % width, drawn // width)) == expected
+            assert first.random() == second.random()
+    assert paths == {True, False}
+
+
+def test_full_layout_sums_in_threads_at_once_are_the_serial_sums():
+    """The reused zero buffer of the full-layout sum is per thread (a shared one mixes the threads' values)."""
+    rng = np.random.default_rng(34)
+    size = 120_000
+    jobs = []
+    for _ in range(8):
+        positions = np.sort(rng.choice(size, 50_000, replace=False))
+        jobs.append((positions, rng.random(positions.size)))
+
+    def sums(job):
+        positions, values = job
+        return [clickers._full_sum(positions, values, size) for _ in range(40)]
+
+    serial = [sums(job) for job in jobs]
+    assert all(len(set(row)) == 1 for row in serial)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: a shared buffer fails every run here
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            concurrent = list(pool.map(sums, jobs))
+    finally:
+        sys.setswitchinterval(interval)
+    assert concurrent == serial
