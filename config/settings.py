@@ -245,6 +245,9 @@ X_FRAME_OPTIONS = "DENY"
 # annotation_ui.fast_click: stored clicks and recorded presentations answered before the other middleware and
 # DRF (off: every request takes the DRF view; the answers are the same)
 CLICK_FAST_PATH = env_bool("CLICK_FAST_PATH", True)
+# PostgreSQL (config.postgresql): a new connection refused for the moment (a restart) is tried again for up
+# to this many seconds before the request gets its 503.
+DB_CONNECT_WAIT_S = env_float("CLICKLAB_DB_CONNECT_WAIT_S", 5.0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:

@@ -8,12 +8,21 @@ whose socket has nothing to read is usable without asking the server; when there
 transaction status is not idle, or the socket cannot be polled, the stock ``SELECT 1`` decides. A peer that
 vanished without closing (a cut cable) is found by neither check until TCP gives up: the first statement then
 fails and ``config.unavailable`` answers 503 with Retry-After.
+
+A new connection that the server refuses for a moment (nothing listening during a restart, or "the database
+system is starting up / shutting down", SQLSTATE 57P03) is tried again every 100 ms for up to
+``DB_CONNECT_WAIT_S`` seconds (``CLICKLAB_DB_CONNECT_WAIT_S``, default 5) before the error goes up: a
+restart of PostgreSQL costs the requests of that second a wait, not a 503. Other failures (a wrong password,
+an unknown database, a host that cannot be resolved) go up at once.
 """
 
 from __future__ import annotations
 
 import select
+import time
 
+import psycopg
+from django.conf import settings
 from django.db.backends.postgresql import base
 from psycopg import pq
 
@@ -36,7 +45,33 @@ def socket_quiet(connection) -> bool:
         return False
 
 
+#: SQLSTATE of "the database system is starting up / shutting down / in recovery mode" (cannot_connect_now)
+CANNOT_CONNECT_NOW = "57P03"
+CONNECT_RETRY_EVERY_S = 0.1
+
+
+def refused_for_now(error: Exception) -> bool:
+    """True for a connection attempt the server turned away for the moment: nothing listening (connection
+    refused) or SQLSTATE 57P03. False for anything that waiting does not mend."""
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    if getattr(error, "sqlstate", None) == CANNOT_CONNECT_NOW:
+        return True
+    text = str(error)
+    return "Connection refused" in text or "the database system is" in text
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    def get_new_connection(self, conn_params):
+        deadline = time.monotonic() + float(getattr(settings, "DB_CONNECT_WAIT_S", 0.0))
+        while True:
+            try:
+                return super().get_new_connection(conn_params)
+            except psycopg.OperationalError as error:
+                if not refused_for_now(error) or time.monotonic() + CONNECT_RETRY_EVERY_S > deadline:
+                    raise
+            time.sleep(CONNECT_RETRY_EVERY_S)
+
     def is_usable(self):
         if self.connection is not None and socket_quiet(self.connection):
             return True
