@@ -641,6 +641,9 @@ def main(argv=None) -> int:
     parser.add_argument("--outage", type=float, default=2.0, help="seconds Redis stays down")
     parser.add_argument("--validate-within", type=float, default=60.0)
     parser.add_argument("--web-workers", type=int, default=3)
+    parser.add_argument(
+        "--web-threads", type=int, default=4, help="threads per gunicorn worker (make prod's 4)"
+    )
     parser.add_argument("--short", action="store_true", help="100 annotators, all faults, 1 client process")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     args = parser.parse_args(argv)
@@ -698,7 +701,7 @@ def main(argv=None) -> int:
         from config.runner import commands
 
         port = free_port()
-        ns = argparse.Namespace(host="127.0.0.1", port=port, web_workers=args.web_workers, web_threads=4,
+        ns = argparse.Namespace(host="127.0.0.1", port=port, web_workers=args.web_workers, web_threads=args.web_threads,
                                 default_concurrency=1, grace=5, log_level="WARNING")  # fmt: skip
         cmds = commands(ns)
         # the web process logs at INFO, as in production (its access lines carry the request time)
