@@ -9,6 +9,7 @@ middle (an error, never a half response) and the timeout.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 from pathlib import Path
 
@@ -59,6 +60,13 @@ def _plain(status: str, body: bytes, extra: str = "") -> bytes:
     return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
 
 
+def _in_own_loop(coroutine):
+    """Run ``coroutine`` in a new event loop on a thread of its own: earlier tests of the suite (Playwright's
+    sync API) may leave a loop running in the test thread, where ``asyncio.run`` refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 async def _run(script, calls):
     server = _Server(script)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
@@ -79,7 +87,7 @@ async def _run(script, calls):
 
 def test_keep_alive_json_and_form_bodies_on_one_connection():
     script = [_plain("201 Created", b'{"a": 1}'), _plain("303 See Other", b"", "Location: /a/tok/\r\n")]
-    server, (first, second) = asyncio.run(
+    server, (first, second) = _in_own_loop(
         _run(
             script,
             [
@@ -100,7 +108,7 @@ def test_keep_alive_json_and_form_bodies_on_one_connection():
 def test_a_chunked_answer_and_connection_close():
     chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n"
     closing = _plain("200 OK", b"bye", "Connection: close\r\n") + b"<close>"
-    server, results = asyncio.run(
+    server, results = _in_own_loop(
         _run(
             [chunked, closing, _plain("200 OK", b"new")],
             [lambda h: h.request("GET", "/", timeout=5)] * 3,
@@ -118,14 +126,14 @@ def test_a_kept_connection_closed_by_the_server_is_sent_again_once_and_a_cut_ans
         _plain("200 OK", b"two"),
         b"HTTP/1.1 200 OK\r\nContent-Le<close>",
     ]
-    server, results = asyncio.run(_run(script, [lambda h: h.request("GET", "/", timeout=5)] * 3))
+    server, results = _in_own_loop(_run(script, [lambda h: h.request("GET", "/", timeout=5)] * 3))
     assert [r.content for r in results[:2]] == [b"one", b"two"]
     assert len(server.requests) == 3 and [r[0] for r in server.requests] == [1, 2, 2]
     assert isinstance(results[2], asyncio.IncompleteReadError | ConnectionError), results[2]
 
 
 def test_a_silent_server_times_out():
-    server, (result,) = asyncio.run(_run(["hang"], [lambda h: h.request("GET", "/", timeout=0.3)]))
+    server, (result,) = _in_own_loop(_run(["hang"], [lambda h: h.request("GET", "/", timeout=0.3)]))
     assert isinstance(result, TimeoutError), result
     assert len(server.requests) == 1
 
@@ -133,5 +141,5 @@ def test_a_silent_server_times_out():
 @pytest.mark.parametrize("content_length", [b"3", b"nope"])
 def test_a_malformed_answer_is_an_error_not_a_response(content_length):
     script = [b"HTTP/1.1 200 OK\r\nContent-Length: " + content_length + b"\r\n\r\nab<close>"]
-    _server, (result,) = asyncio.run(_run(script, [lambda h: h.request("GET", "/", timeout=2)]))
+    _server, (result,) = _in_own_loop(_run(script, [lambda h: h.request("GET", "/", timeout=2)]))
     assert isinstance(result, Exception) and not isinstance(result, suite._Response), result
