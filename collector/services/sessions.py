@@ -518,7 +518,8 @@ def _click_in_one_statement(
     them, before this click) and the id of the click inserted with its trial's fields, or None when the
     common case does not hold or the insert conflicted (nothing written: the caller decides on the rows).
 
-    ``click_values``: the Click's fields by attname (not its trial, id or defaults); ``trial_fields``: as
+    ``click_values``: the Click's fields by attname (not its trial, id or defaults; ``received_at`` too, as
+    ``auto_now_add`` is not applied here); ``trial_fields``: as
     ``_insert_click``'s, with ``flags`` the client's (sorted, de-duplicated) — ``replayed`` is added here."""
     sql, click_names, trial_names = _click_in_one_statement_sql()
     if set(trial_fields) != {*trial_names, "flags"}:  # the statement writes what the Python path writes
@@ -535,8 +536,6 @@ def _click_in_one_statement(
     for name in click_names:
         field = meta.get_field(name)
         value = click_values[name] if name in click_values else field.get_default()
-        if name == "received_at":
-            value = now
         params[f"c_{name}"] = field.get_db_prep_save(value, connection)
     for name in trial_names:
         params[f"t_{name}"] = trial_meta.get_field(name).get_db_prep_save(trial_fields[name], connection)
@@ -721,28 +720,16 @@ def click_ingest(  # noqa: C901
             session_id=session_id,
             position=position,
             now=now,
-            click_values={"idempotency_key": key, "pointer_type": pointer_type, **values},
+            click_values={"idempotency_key": key, "pointer_type": pointer_type, "received_at": now, **values},
             trial_fields={
-                "phase_onsets_ms": onsets,
-                "scheduled_onsets_ms": scheduled,
-                "load_wait_ms": wait,
-                "blocked_clicks": blocked,
+                **_trial_fields(onsets, scheduled, wait, blocked, refresh),
                 "flags": sorted(set(clean_flags)),
-                "refresh_hz": refresh,
             },
         )
         if click_id is not None:
             trials = _trial_rows(rows)
             trial_id = next(t.pk for t in trials if t.position == position)
-            logger.info(
-                "click recorded",
-                extra={
-                    "session_id": session_id,
-                    "trial_id": trial_id,
-                    "position": position,
-                    "click_id": click_id,
-                },
-            )
+            _log_recorded(session_id, trial_id, position, click_id)
             return _receipt(click_id, trial_id, position, trials, created=True)
         session, trials, trial = _session_from_rows(session_id, position, rows)
     else:
@@ -785,12 +772,8 @@ def click_ingest(  # noqa: C901
 
     click = Click(trial=trial, idempotency_key=key, pointer_type=pointer_type, **values)
     trial_fields = {
-        "phase_onsets_ms": onsets,
-        "scheduled_onsets_ms": scheduled,
-        "load_wait_ms": wait,
-        "blocked_clicks": blocked,
+        **_trial_fields(onsets, scheduled, wait, blocked, refresh),
         "flags": sorted(set(clean_flags) | set(trial_server_flags(trial=trial))),
-        "refresh_hz": refresh,
     }
     inserted = _insert_click(click=click, trial_fields=trial_fields)
     if inserted is None:
@@ -801,11 +784,26 @@ def click_ingest(  # noqa: C901
         if winner.trial_id != trial.pk:
             raise _key_reused(position)
         return _receipt(winner.pk, trial.pk, trial.position, trials, created=False)
+    _log_recorded(session.pk, trial.pk, position, inserted)
+    return _receipt(inserted, trial.pk, trial.position, trials, created=True)
+
+
+def _trial_fields(onsets: dict, scheduled: dict, wait: float, blocked: int, refresh: float | None) -> dict:
+    """What a click writes on its trial, but its flags (the two paths add the server's differently)."""
+    return {
+        "phase_onsets_ms": onsets,
+        "scheduled_onsets_ms": scheduled,
+        "load_wait_ms": wait,
+        "blocked_clicks": blocked,
+        "refresh_hz": refresh,
+    }
+
+
+def _log_recorded(session_id: int, trial_id: int, position: int, click_id: int) -> None:
     logger.info(
         "click recorded",
-        extra={"session_id": session.pk, "trial_id": trial.pk, "position": position, "click_id": inserted},
+        extra={"session_id": session_id, "trial_id": trial_id, "position": position, "click_id": click_id},
     )
-    return _receipt(inserted, trial.pk, trial.position, trials, created=True)
 
 
 def _before_phase_d(event_ms: float | None, onsets: dict) -> bool:

@@ -13,8 +13,8 @@ A new connection that the server refuses for a moment (nothing listening during 
 system is starting up / shutting down", SQLSTATE 57P03) is tried again every 100 ms for up to
 ``DB_CONNECT_WAIT_S`` seconds (``CLICKLAB_DB_CONNECT_WAIT_S``, default 5) before the error goes up: a
 request that opens a connection while PostgreSQL restarts waits rather than answering 503 (a statement
-already running when the server goes down still fails, and ``config.unavailable`` answers 503). Other failures (a wrong password,
-an unknown database, a host that cannot be resolved) go up at once.
+already running when the server goes down still fails, and ``config.unavailable`` answers 503). Other
+failures (a wrong password, an unknown database, a host that cannot be resolved) go up at once.
 """
 
 from __future__ import annotations
