@@ -156,6 +156,23 @@ class AnnotatorView(APIView):
         return response
 
 
+def _session_id(token: str) -> int:
+    """The session id a token names; Http404 (as ``session_from_token``) for a bad token."""
+    try:
+        return session_token_read(token=token)
+    except TokenInvalid:
+        raise Http404(_("task link not valid")) from None
+
+
+def _session_for_update(token: str, *fields: str) -> Session:
+    """The session a token names with only ``fields`` loaded (the rest deferred), for an endpoint that
+    writes those; Http404 as ``session_from_token``."""
+    session = Session.objects.only("id", *fields).filter(pk=_session_id(token)).first()
+    if session is None:
+        raise Http404(_("session not found"))
+    return session
+
+
 class State(AnnotatorView):
     """The batch: its trials, which are done, and the finish step once it is finished."""
 
@@ -174,7 +191,8 @@ class ClientReport(AnnotatorView):
         responses={200: contract.OkOut, **ERRORS},
     )
     def post(self, request, token: str):
-        session = session_from_token(token)
+        # only the fields the report merges into (not the study, which session_from_token joins)
+        session = _session_for_update(token, "client_info", "detected_device", "user_agent")
         data = self.input(contract.ClientReportIn)
         try:
             session_client_report(
@@ -270,10 +288,10 @@ class Finish(AnnotatorView):
         responses={200: contract.FinishOut, **ERRORS, **REFUSED},
     )
     def post(self, request, token: str):
-        session = session_from_token(token)
+        session_id = _session_id(token)  # session_finish reads the session itself (locked)
         self.input(contract.FinishIn)
         try:
-            finished = session_finish(session_id=session.pk)
+            finished = session_finish(session_id=session_id)
         except SessionFinishRefused as exc:
             reason = "clicks_missing" if exc.missing_positions else "session_closed"
             raise InputRefused(

@@ -35,16 +35,18 @@ is allocated and an empty list is returned: ``session_start`` turns that into a 
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import F, IntegerField, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from collector.models import Round, Session, Target, Trial, Worker
+from collector.models import Instance, Round, Session, Target, Trial, Worker
 from collector.models.sessions import Device
+from collector.services.prepared import prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,15 @@ class AllocationError(ValueError):
     """The request itself is wrong (unknown device, round not open); the message says what to fix."""
 
 
-def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -> list[Target]:
+def allocate_targets(
+    *,
+    round: Round,
+    worker: Worker,
+    device: str,
+    count: int,
+    worker_locked: bool = False,
+    session: Session | None = None,
+) -> list[Target]:
     """Pick up to ``count`` targets of ``round`` for a new session of ``worker`` on ``device`` and take them
     (``inflight_<device>`` += 1 each).
 
@@ -65,7 +75,14 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
     Returns the targets in random presentation order (so high-deficit targets are not always shown
     first), or ``[]`` when fewer than ``min(count, study.min_batch_size)`` could be taken (nothing is
     changed then). Raises ``AllocationError`` for an unknown device, a non-positive count or a round
-    that is not open.
+    that is not open. ``worker_locked``: the caller's transaction already holds the worker's row lock
+    (``session_start`` takes it first), so it is not taken again. ``session``: also create its trials, one
+    per target at positions 0..n-1 in the order returned.
+
+    On PostgreSQL the reads and writes after the round's lock, the trials included, are one prepared
+    statement (``_take_targets_sql``; it draws the order with the database's ``random()``) and the targets
+    come back with only the fields it returns loaded (the others are deferred); SQLite runs the same rule as
+    ORM queries.
     """
     if device not in Device.values:
         raise AllocationError(f"device {device!r} is unknown; use one of {', '.join(Device.values)}.")
@@ -77,33 +94,41 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
     if round.state != Round.State.OPEN:
         raise AllocationError(f"round {round.number} of study {study.pk} is {round.state}, not open.")
 
-    # Serialise starts of the same worker: the seen-images check below must see the other start's trials.
-    Worker.objects.select_for_update(no_key=True).filter(pk=worker.pk).first()
+    if not worker_locked:
+        # Serialise starts of the same worker: the seen-images check below must see the other start's trials.
+        row_lock(Worker, worker.pk)
     # Then take this round's turn (see the module docstring); the round may have closed meanwhile.
-    round_state = (
-        Round.objects.select_for_update(no_key=True)
-        .filter(pk=round.pk)
-        .values_list("state", flat=True)
-        .first()
-    )
-    if round_state != Round.State.OPEN:
+    if row_lock(Round, round.pk, "state") != Round.State.OPEN:
         logger.info("allocation found the round closed", extra={"study_id": study.pk, "round_id": round.pk})
         return []
-    seen_images = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
+    least = min(count, study.min_batch_size)
+    if connection.vendor == "postgresql":
+        found, chosen = _take_targets(
+            round=round, worker=worker, device=device, count=count, least=least, session=session
+        )
+        if not chosen:
+            _log_too_few(round=round, worker=worker, found=found)
+            return []
+        if session is None:
+            random.shuffle(chosen)  # else in the order of the positions the statement drew
+        return chosen
+
+    return _take_targets_orm(
+        round=round, worker=worker, device=device, count=count, least=least, session=session
+    )
+
+
+def _take_targets_orm(
+    *, round: Round, worker: Worker, device: str, count: int, least: int, session: Session | None
+) -> list[Target]:
+    """SQLite (under the database's write lock): ``_take_targets``'s work as ORM queries."""
+    seen_images = Trial.objects.filter(session__study_id=round.study_id, session__worker_id=worker.pk).values(
         "target__instance__image_id"
     )
     chosen_ids = target_candidates(round=round, device=device, count=count, seen_images=seen_images)
 
-    if len(chosen_ids) < min(count, study.min_batch_size) or not chosen_ids:
-        logger.info(
-            "allocation found too few targets",
-            extra={
-                "study_id": study.pk,
-                "round_id": round.pk,
-                "worker_id": worker.pk,
-                "found": len(chosen_ids),
-            },
-        )
+    if len(chosen_ids) < least or not chosen_ids:
+        _log_too_few(round=round, worker=worker, found=len(chosen_ids))
         return []
 
     # In id order, like inflight_release and expiry (no lock cycle), then take one slot each.
@@ -118,7 +143,152 @@ def allocate_targets(*, round: Round, worker: Worker, device: str, count: int) -
     for target in chosen:
         setattr(target, inflight_field, getattr(target, inflight_field) + 1)
     random.shuffle(chosen)
+    if session is not None:
+        Trial.objects.bulk_create(
+            [Trial(session=session, target=target, position=index) for index, target in enumerate(chosen)]
+        )
     return chosen
+
+
+def _log_too_few(*, round: Round, worker: Worker, found: int) -> None:
+    logger.info(
+        "allocation found too few targets",
+        extra={"study_id": round.study_id, "round_id": round.pk, "worker_id": worker.pk, "found": found},
+    )
+
+
+def row_lock(model: type[models.Model], pk: int, column: str = "id"):
+    """Lock the row ``pk`` of ``model`` (``FOR NO KEY UPDATE``) and return the value of its field ``column``,
+    or None when there is no such row. PostgreSQL: a prepared statement; SQLite: the ORM query (its write
+    lock is taken at BEGIN, see the module docstring)."""
+    if connection.vendor != "postgresql":
+        return (
+            model.objects.select_for_update(no_key=True).filter(pk=pk).values_list(column, flat=True).first()
+        )
+    with prepared_cursor() as cursor:
+        cursor.execute(_row_lock_sql(model, column), [pk])
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+@functools.cache
+def _row_lock_sql(model: type[models.Model], column: str) -> str:
+    quote, meta = connection.ops.quote_name, model._meta
+    return (
+        f"SELECT {quote(meta.get_field(column).column)} FROM {quote(meta.db_table)} "
+        f"WHERE {quote(meta.pk.column)} = %s FOR NO KEY UPDATE"
+    )
+
+
+#: The Target fields ``_take_targets`` loads (the counters and keys); the others are deferred.
+_TAKEN_FIELDS = tuple(
+    field.attname
+    for field in Target._meta.concrete_fields
+    if field.attname
+    in ("id", "round_id", "instance_id", "click_type", "full_stem", "valid_pc", "valid_mobile", "inflight_pc",
+        "inflight_mobile")
+)  # fmt: skip
+
+
+def _take_targets(
+    *, round: Round, worker: Worker, device: str, count: int, least: int, session: Session | None
+) -> tuple[int, list[Target]]:
+    """PostgreSQL, under the round's lock: choose the targets by ``target_candidates``'s rule and, when at
+    least ``least`` were found, lock them in id order, take one in-flight slot each and (given a session)
+    create its trials, in one prepared statement. Returns (targets found, targets taken: [] when fewer than
+    ``least`` were found), the taken ones in the order of their trials' positions."""
+    params = {
+        "round": round.pk,
+        "study": round.study_id,
+        "worker": worker.pk,
+        "quota": round.study.quota_for(device),
+        "count": count,
+        "least": least,
+    }
+    if session is not None:
+        params["session"] = session.pk
+        for field in _TRIAL_DEFAULTED:
+            params[f"d_{field.attname}"] = field.get_db_prep_save(field.get_default(), connection)
+    with prepared_cursor() as cursor:
+        cursor.execute(_take_targets_sql(device, session is not None), params)
+        rows = cursor.fetchall()
+    found = rows[0][0] if rows else 0
+    rows = sorted((row for row in rows if row[2] is not None), key=lambda row: row[1] or 0)
+    return found, [Target.from_db(connection.alias, _TAKEN_FIELDS, row[2:]) for row in rows]
+
+
+#: The Trial fields a new trial takes its model default for (all but its keys and position).
+_TRIAL_DEFAULTED = tuple(
+    field
+    for field in Trial._meta.concrete_fields
+    if not field.primary_key and field.attname not in ("session_id", "target_id", "position")
+)
+
+
+@functools.cache
+def _take_targets_sql(device: str, with_trials: bool) -> str:
+    """The statement of ``_take_targets`` for ``device`` (built once from the models' metadata).
+
+    ``cand`` is each unseen image's best target (largest deficit, then lowest id: ``DISTINCT ON``), ``chosen``
+    the first ``count`` of those in (deficit descending, id) order: the very targets ``target_candidates``
+    picks greedily, since the first target of an image in that order is its best one. ``locked`` locks them
+    in id order (the order of expiry and validation) only when at least ``least`` were found, and ``upd``
+    takes their slots. The statement's snapshot is taken after the round's lock was granted (an earlier
+    statement), so it reads the counters of every start that held the lock before; a target changed since
+    (expiry) is locked and updated in its newest version, as any UPDATE in READ COMMITTED is.
+
+    ``with_trials``: ``ins`` also creates the session's trials for the targets taken, at positions in an order
+    drawn with ``random()``, their other fields at the model defaults (parameters). Answered: one row per
+    target taken (the count found, the trial's position or NULL, the target's columns), or one row with the
+    count found and NULLs when nothing was taken."""
+    quote = connection.ops.quote_name
+    target, instance, trial, session = (model._meta for model in (Target, Instance, Trial, Session))
+
+    def col(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    target_id = col(target, "id")
+    valid, inflight = col(target, f"valid_{device}"), col(target, f"inflight_{device}")
+    deficit = f"CAST(%(quota)s AS integer) - t.{valid} - t.{inflight}"
+    returned = ", ".join(f"u.{quote(target.get_field(name).column)}" for name in _TAKEN_FIELDS)
+    sql = (
+        f"WITH seen AS (SELECT i2.{col(instance, 'image')} AS image_id FROM {quote(trial.db_table)} tr "
+        f"JOIN {quote(session.db_table)} s ON s.{col(session, 'id')} = tr.{col(trial, 'session')} "
+        f"JOIN {quote(target.db_table)} t2 ON t2.{target_id} = tr.{col(trial, 'target')} "
+        f"JOIN {quote(instance.db_table)} i2 ON i2.{col(instance, 'id')} = t2.{col(target, 'instance')} "
+        f"WHERE s.{col(session, 'study')} = %(study)s AND s.{col(session, 'worker')} = %(worker)s), "
+        f"cand AS (SELECT DISTINCT ON (i.{col(instance, 'image')}) t.{target_id} AS id, {deficit} AS deficit "
+        f"FROM {quote(target.db_table)} t "
+        f"JOIN {quote(instance.db_table)} i ON i.{col(instance, 'id')} = t.{col(target, 'instance')} "
+        f"WHERE t.{col(target, 'round')} = %(round)s AND {deficit} > 0 "
+        f"AND i.{col(instance, 'image')} NOT IN (SELECT image_id FROM seen) "
+        f"ORDER BY i.{col(instance, 'image')}, deficit DESC, t.{target_id}), "
+        f"chosen AS (SELECT id FROM cand ORDER BY deficit DESC, id LIMIT %(count)s), "
+        f"locked AS (SELECT t.{target_id} AS id FROM {quote(target.db_table)} t "
+        f"WHERE t.{target_id} IN (SELECT id FROM chosen) "
+        f"AND (SELECT count(*) FROM chosen) >= %(least)s ORDER BY t.{target_id} FOR NO KEY UPDATE), "
+        f"upd AS (UPDATE {quote(target.db_table)} u SET {inflight} = u.{inflight} + 1 FROM locked "
+        f"WHERE u.{target_id} = locked.id RETURNING {returned}) "
+    )
+    if not with_trials:
+        return (
+            sql
+            + "SELECT (SELECT count(*) FROM chosen), NULL, upd.* FROM (SELECT 1) AS one LEFT JOIN upd ON true"
+        )
+    columns = ", ".join(col(trial, name) for name in ("session", "target", "position"))
+    columns += "".join(f", {quote(field.column)}" for field in _TRIAL_DEFAULTED)
+    defaults = "".join(
+        f", CAST(%(d_{field.attname})s AS {field.db_type(connection)})" for field in _TRIAL_DEFAULTED
+    )
+    position_type = trial.get_field("position").db_type(connection)
+    return sql + (
+        f", ins AS (INSERT INTO {quote(trial.db_table)} ({columns}) "
+        f"SELECT CAST(%(session)s AS bigint), p.id, CAST(p.n - 1 AS {position_type}){defaults} "
+        f"FROM (SELECT upd.{target_id} AS id, row_number() OVER (ORDER BY random()) AS n FROM upd) AS p "
+        f"RETURNING {col(trial, 'target')} AS target_id, {col(trial, 'position')} AS position) "
+        f"SELECT (SELECT count(*) FROM chosen), ins.position, upd.* FROM (SELECT 1) AS one "
+        f"LEFT JOIN upd ON true LEFT JOIN ins ON ins.target_id = upd.{target_id}"
+    )
 
 
 def target_candidates(*, round: Round, device: str, count: int, seen_images=None) -> list[int]:

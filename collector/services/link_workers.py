@@ -22,7 +22,7 @@ import uuid
 from django.core import signing
 
 from collector.models import Worker
-from collector.services.workers import worker_get_or_create
+from collector.services.workers import worker_create
 
 _SALT = "clicklab.link.worker.v1"
 LINK_WORKER_MAX_AGE_S = 365 * 24 * 3600
@@ -61,5 +61,5 @@ def link_worker_identify(*, study_id: int, signed_id: str | None) -> tuple[Worke
         if worker is not None:
             return worker, claimed_id
     external_id = f"link-{uuid.uuid4().hex}"
-    worker = worker_get_or_create(platform=LINK_PLATFORM, external_id=external_id)
+    worker = worker_create(platform=LINK_PLATFORM, external_id=external_id)  # a random id: nobody has it
     return worker, signing.dumps({"study": study_id, "w": external_id}, salt=_SALT, compress=False)

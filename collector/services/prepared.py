@@ -1,10 +1,12 @@
-"""A cursor for the click path's hand-written statements that PostgreSQL plans once per connection.
+"""A cursor for the hot paths' hand-written statements that PostgreSQL plans once per connection.
 
 The click request runs one statement in the common case (``services.sessions``: read the session's trials,
 insert the click and update its trial), and the presented report one UPDATE. Planning cost PostgreSQL more
 than running: EXPLAIN ANALYZE of the trials read alone gave 1.7 ms planning against 0.25 ms execution, so
-(with the then separate insert) about 2.5 ms of database CPU per click went to plans that never change. ``prepared_cursor()`` gives a cursor whose ``execute`` prepares the statement on the server
-(psycopg's ``prepare=True``, server-side parameters) the first time a connection sees it and reuses it after;
+(with the then separate insert) about 2.5 ms of database CPU per click went to plans that never change. A
+session start's row locks and reads (``services.sessions``, ``services.allocation``) use it too.
+``prepared_cursor()`` gives a cursor whose ``execute`` prepares the statement on the server (psycopg's
+``prepare=True``, server-side parameters) the first time a connection sees it and reuses it after;
 Django's own cursors keep client-side binding and no preparation (its default, chosen for connection poolers).
 
 What it keeps from ``connection.cursor()``: the health check of a reused connection, opening it, Django's

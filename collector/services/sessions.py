@@ -115,6 +115,69 @@ def _resumable_session(*, study: Study, worker: Worker, platform_assignment_id: 
     )
 
 
+def _in_model_order(model, attnames: tuple[str, ...]) -> tuple[str, ...]:
+    """``attnames`` in the order of the model's concrete fields, the order ``Model.from_db`` expects."""
+    order = [field.attname for field in model._meta.concrete_fields]
+    return tuple(sorted(attnames, key=order.index))
+
+
+def _start_reads(
+    *, study: Study, worker: Worker, platform_assignment_id: str
+) -> tuple[Session | None, Round | None]:
+    """Under the worker's lock: the session to resume (``_resumable_session``) and the study's open round
+    (``study_open_round``). PostgreSQL: one prepared statement for both, the round loaded with its id,
+    number and state (other fields deferred), its study the one given."""
+    if connection.vendor != "postgresql":
+        existing = _resumable_session(
+            study=study, worker=worker, platform_assignment_id=platform_assignment_id
+        )
+        return existing, (None if existing is not None else study_open_round(study=study))
+    params = {
+        "study": study.pk,
+        "worker": worker.pk,
+        "started": Session.Status.STARTED.value,
+        "assignment": platform_assignment_id,
+        "now": timezone.now(),
+        "open": Round.State.OPEN.value,
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_start_reads_sql(), params)
+        existing_id, *round_values = cursor.fetchone()
+    if existing_id is not None:
+        return Session.objects.get(pk=existing_id), None
+    if round_values[0] is None:
+        return None, None
+    open_round = Round.from_db(connection.alias, _START_ROUND_FIELDS, round_values)
+    open_round.study = study
+    return None, open_round
+
+
+_START_ROUND_FIELDS = _in_model_order(Round, ("id", "study_id", "number", "state"))
+
+
+@functools.cache
+def _start_reads_sql() -> str:
+    """The statement of ``_start_reads`` (PostgreSQL), built once from the models' metadata: the conditions
+    and orders of ``_resumable_session`` and ``study_open_round``."""
+    quote = connection.ops.quote_name
+    session, round_ = Session._meta, Round._meta
+
+    def col(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    round_columns = ", ".join(f"r.{quote(round_.get_field(name).column)}" for name in _START_ROUND_FIELDS)
+    return (
+        f"SELECT s.id, {round_columns} FROM (SELECT 1) AS one "
+        f"LEFT JOIN LATERAL (SELECT {col(session, 'id')} AS id FROM {quote(session.db_table)} "
+        f"WHERE {col(session, 'study')} = %(study)s AND {col(session, 'worker')} = %(worker)s "
+        f"AND {col(session, 'status')} = %(started)s AND {col(session, 'platform_assignment_id')} = %(assignment)s "
+        f"AND {col(session, 'expires_at')} > %(now)s ORDER BY {col(session, 'started_at')} DESC LIMIT 1) AS s "
+        f"ON true LEFT JOIN LATERAL (SELECT * FROM {quote(round_.db_table)} "
+        f"WHERE {col(round_, 'study')} = %(study)s AND {col(round_, 'state')} = %(open)s "
+        f"ORDER BY {col(round_, 'number')} DESC LIMIT 1) AS r ON true"
+    )
+
+
 def session_start(
     *,
     study: Study,
@@ -138,17 +201,16 @@ def session_start(
     Raises SessionStartRefused with a message for the worker (study not open, no round, no targets left).
     """
     _check_start(study=study, worker=worker, device=device)
-    from collector.services.allocation import allocate_targets  # ALLOCATION's module
+    from collector.services.allocation import allocate_targets, row_lock  # ALLOCATION's module
 
     with transaction.atomic():
         # Serialise starts of the same worker, so a double-clicked entry link opens one session, not two.
-        Worker.objects.select_for_update(no_key=True).filter(pk=worker.pk).first()
-        existing = _resumable_session(
-            study=study, worker=worker, platform_assignment_id=platform_assignment_id
+        row_lock(Worker, worker.pk)
+        existing, open_round = _start_reads(
+            study=study, worker=worker, platform_assignment_id=platform_assignment_id[:200]
         )
         if existing is not None:
             return existing
-        open_round = study_open_round(study=study)
         if open_round is None:
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))
         # What the browser and the platform told us, the same for a test session and a batch.
@@ -182,16 +244,20 @@ def session_start(
             expires_at=now + timedelta(seconds=study.session_timeout_s),
             **recorded,
         )
-        targets = allocate_targets(round=open_round, worker=worker, device=device, count=study.batch_size)
+        targets = allocate_targets(
+            round=open_round,
+            worker=worker,
+            device=device,
+            count=study.batch_size,
+            worker_locked=True,
+            session=session,  # its trials created with the allocation: positions 0..n-1 in the order returned
+        )
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
             raise SessionStartRefused(
                 _("There are no images left for you in this study. Thank you for your interest!")
             )
-        Trial.objects.bulk_create(
-            [Trial(session=session, target=target, position=index) for index, target in enumerate(targets)]
-        )
     logger.info(
         "session started",
         extra={
@@ -299,12 +365,6 @@ class ClickReceipt:
 #: What the click path reads of a session's trials, the session and its study: the fields ``click_ingest``,
 #: ``_check_click_timing`` and ``trial_server_flags`` use, and no other (a field left out is a deferred field:
 #: reading it costs a query, which tests/annotation_ui/test_api.py's statement count catches).
-
-
-def _in_model_order(model, attnames: tuple[str, ...]) -> tuple[str, ...]:
-    """``attnames`` in the order of the model's concrete fields, the order ``Model.from_db`` expects."""
-    order = [field.attname for field in model._meta.concrete_fields]
-    return tuple(sorted(attnames, key=order.index))
 
 
 _HOT_TRIAL_FIELDS = _in_model_order(Trial, ("id", "session_id", "position", "presentations"))
@@ -907,7 +967,12 @@ def session_finish(*, session_id: int) -> Session:
     when the session expired.
     """
     with transaction.atomic():
-        session = Session.objects.select_for_update(no_key=True).get(pk=session_id)
+        # the study joined (not locked): the finish step's payload needs its platform
+        session = (
+            Session.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("study")
+            .get(pk=session_id)
+        )
         if session.status == Session.Status.FINISHED:
             return session
         if session.status != Session.Status.STARTED:

@@ -18,6 +18,18 @@ def worker_pseudonym(*, platform: str, external_id: str) -> str:
     return "w" + digest[:23]
 
 
+def worker_create(*, platform: str, external_id: str) -> Worker:
+    """A new worker with a platform id nobody has yet (one the caller just minted, e.g. a random link
+    worker id): one INSERT, without the lookup of ``worker_get_or_create``. A taken id raises IntegrityError."""
+    if not external_id:
+        raise ValueError("a worker needs a platform id.")
+    return Worker.objects.create(
+        platform=platform,
+        external_id=external_id,
+        pseudonym=worker_pseudonym(platform=platform, external_id=external_id),
+    )
+
+
 def worker_get_or_create(*, platform: str, external_id: str) -> Worker:
     """The worker with this platform id, created on first sight (safe under concurrent calls)."""
     if not external_id:

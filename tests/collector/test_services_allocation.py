@@ -11,7 +11,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from collector.models import Round, Session, Target, Trial
-from collector.services.allocation import AllocationError, allocate_targets, inflight_release, sessions_expire
+from collector.services.allocation import (
+    AllocationError,
+    allocate_targets,
+    inflight_release,
+    sessions_expire,
+    target_candidates,
+)
 from collector.services.sessions import (
     SessionFinishRefused,
     SessionStartRefused,
@@ -261,3 +267,71 @@ def test_a_round_closed_while_a_start_waited_gives_no_targets(tmp_path):
     with transaction.atomic():
         assert allocate_targets(round=seen_open, worker=make_worker(), device="pc", count=5) == []
     assert Target.objects.filter(inflight_pc__gt=0).count() == 0
+
+
+def test_every_start_takes_exactly_the_targets_the_candidates_rule_names(tmp_path):
+    """The rule, not its implementation: on random counters (ties, full targets, several objects per image)
+    and workers who saw some images, each start takes exactly ``target_candidates``'s choice for that worker,
+    one slot each, and a start that finds fewer than ``min_batch_size`` changes nothing. PostgreSQL runs its
+    one-statement allocation here, SQLite the ORM queries, against the same reading of the rule."""
+    import random
+
+    rng = random.Random(7)
+    dataset = make_dataset(tmp_path, n_images=9, objects_per_image=3, size=(48, 36))
+    study = make_study(dataset, publish=True, batch_size=4, min_batch_size=3, quota_pc=6)
+    round_ = _open_round(study)
+    target_ids = list(round_.targets.order_by("pk").values_list("pk", flat=True))
+    workers = [make_worker() for _ in range(4)]
+    taken_runs = refused_runs = 0
+    for run in range(40):
+        for pk in target_ids:  # deficits 6 - valid - inflight in 0..6, many equal
+            Target.objects.filter(pk=pk).update(valid_pc=rng.randint(0, 4), inflight_pc=rng.randint(0, 2))
+        if run % 3 == 0:  # a newcomer now and then, so some workers have seen nothing and some a lot
+            workers[run % len(workers)] = make_worker()
+        worker = workers[run % len(workers)]
+        seen = list(
+            Trial.objects.filter(session__study=study, session__worker=worker).values_list(
+                "target__instance__image_id", flat=True
+            )
+        )
+        expected = target_candidates(round=round_, device="pc", count=study.batch_size, seen_images=seen)
+        before = dict(Target.objects.values_list("pk", "inflight_pc"))
+        session, got = _start(study=study, worker=worker)
+        after = dict(Target.objects.values_list("pk", "inflight_pc"))
+        if len(expected) < study.min_batch_size:
+            assert got == [] and session is None and after == before, (run, expected)
+            refused_runs += 1
+            continue
+        assert sorted(t.pk for t in got) == sorted(expected), (run, expected)
+        assert {pk: after[pk] - before[pk] for pk in after if after[pk] != before[pk]} == dict.fromkeys(
+            expected, 1
+        )
+        assert all(t.inflight_pc == after[t.pk] for t in got)  # the objects carry the new counters
+        taken_runs += 1
+    assert taken_runs >= 10 and refused_runs >= 3, (taken_runs, refused_runs)  # both branches were exercised
+
+
+def test_a_started_session_has_one_trial_per_target_taken_at_positions_0_to_n_with_model_defaults(tmp_path):
+    """session_start creates the trials with the allocation (on PostgreSQL in its one statement): positions
+    0..n-1, each target taken once, every other field at its model default, in a shuffled order."""
+    study = make_study(make_dataset(tmp_path, n_images=12, size=(48, 36)), publish=True, batch_size=8)
+    defaults = Trial()
+    fields = [
+        f.attname
+        for f in Trial._meta.concrete_fields
+        if f.attname not in ("id", "session_id", "target_id", "position")
+    ]
+    orders = set()
+    for _ in range(6):
+        session = session_start(study=study, worker=make_worker(), device="pc")
+        trials = list(session.trials.order_by("position"))
+        assert [t.position for t in trials] == list(range(8))
+        taken = Target.objects.filter(inflight_pc__gt=0)
+        assert len({t.target_id for t in trials}) == 8
+        assert all(getattr(t, name) == getattr(defaults, name) for t in trials for name in fields), fields
+        orders.add(tuple(t.target_id for t in trials))
+        Target.objects.filter(pk__in=[t.target_id for t in trials]).update(
+            inflight_pc=0
+        )  # the next gets them too
+    assert taken.count() == 0
+    assert len(orders) > 1  # the order is drawn, not the id order every time
