@@ -5,9 +5,10 @@ load (py-spy, gunicorn gthread workers, wrk sending clicks), the middleware afte
 (request wrapping, content negotiation, the ClickIn serializer) held about 40% of the web process's Python time
 per click, the click's own work (``click_ingest``) about 30%.
 
-``ClickFastPathMiddleware`` sits in MIDDLEWARE right after SecurityMiddleware and WhiteNoise, so the SSL
-redirect, the host check and the security headers still come from Django. For ``POST
-/api/annotator/<token>/click`` (and ``/presented``) it parses the body with the API's own parser
+``ClickFastPathMiddleware`` sits in MIDDLEWARE right after SecurityMiddleware, WhiteNoise and the database
+retry (``config.unavailable.DatabaseRetryMiddleware``, which wraps it), so the SSL redirect, the host check
+and the security headers still come from Django. For ``POST /api/annotator/<token>/click`` (and
+``/presented``) it parses the body with the API's own parser
 (``parsers.parse_body``), checks it with ``click_input`` (``presented_input``): plain Python that accepts only
 what the ClickIn (PresentedIn) serializer accepts and gives the same values, else None; reads the token and runs
 ``click_ingest`` (``trial_presented_record``), the service the DRF view calls. A stored click or a retry of one
@@ -15,6 +16,8 @@ what the ClickIn (PresentedIn) serializer accepts and gives the same values, els
 else (a bad token, input the plain check does not take, a 409 refusal, a database error) goes down the normal
 path with the body it read, which answers it as before: a refusal is decided before anything is written, and
 both writes are idempotent (a click's key, a presentation's id), so the second pass gives the normal answer.
+A connection the database server ended makes the normal path fail too: ``config.unavailable``'s
+``DatabaseRetryMiddleware``, above this one, then runs the whole request once more on a new connection.
 An error of another kind is logged as a warning (with its traceback) before the normal path takes over: it
 would otherwise only show as a slower endpoint. ``CLICK_FAST_PATH`` (setting, default on) turns it off.
 """

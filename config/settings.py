@@ -120,6 +120,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # a request whose database connection broke (a PostgreSQL restart) runs once more when that is safe: a GET,
+    # the annotator API's idempotent POSTs (config/unavailable.py). Wraps the fast path below
+    "config.unavailable.DatabaseRetryMiddleware",
     # a stored click or a recorded presentation (the busiest endpoints' common case) answered without the
     # layers below and DRF; anything else continues down (annotation_ui/fast_click.py). After Security: SSL
     # redirect, host check, security headers
@@ -133,7 +136,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # the annotator API's 404s (bad token, no such trial) as its JSON errors, not HTML pages
     "annotation_ui.errors.AnnotatorApiJsonErrorsMiddleware",
-    # a database restart mid-request: 503 + Retry-After (retried by the player), not a 500
+    # a database restart mid-request, not run again above (or failing again): 503 + Retry-After (retried by
+    # the player), not a 500
     "config.unavailable.DatabaseUnavailableMiddleware",
     # Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
     # only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.

@@ -7,13 +7,16 @@ writes its error message and closes the socket, so the client's socket turns rea
 whose socket has nothing to read is usable without asking the server; when there is something to read, the
 transaction status is not idle, or the socket cannot be polled, the stock ``SELECT 1`` decides. A peer that
 vanished without closing (a cut cable) is found by neither check until TCP gives up: the first statement then
-fails and ``config.unavailable`` answers 503 with Retry-After.
+fails, and ``config.unavailable`` runs a request that is safe to repeat once more on a new connection or
+answers 503 with Retry-After.
 
 A new connection that the server refuses for a moment (nothing listening during a restart, or "the database
 system is starting up / shutting down", SQLSTATE 57P03) is tried again every 100 ms for up to
 ``DB_CONNECT_WAIT_S`` seconds (``CLICKLAB_DB_CONNECT_WAIT_S``, default 5) before the error goes up: a
-request that opens a connection while PostgreSQL restarts waits rather than answering 503 (a statement
-already running when the server goes down still fails, and ``config.unavailable`` answers 503). Other
+request that opens a connection while PostgreSQL restarts waits rather than answering 503. A statement
+already running when the server goes down still fails; ``config.unavailable`` then runs the request once
+more (a GET, the annotator's click, presented, finish and client reports: safe to repeat), and that second
+run's new connection waits here; any other request gets a 503 with Retry-After. Other
 failures (a wrong password, an unknown database, a host that cannot be resolved) go up at once.
 """
 
