@@ -82,6 +82,10 @@ def _message(request, *, title: str, message: str, status: int):
     return response
 
 
+#: request attribute: the signed id of the link worker this request named or minted (see study_link_entry)
+_MINTED_WORKER = "_link_worker_minted"
+
+
 @csrf_exempt
 @gzip_page
 @never_cache
@@ -115,7 +119,11 @@ def study_link_entry(request, token: str):
         detected = device_from_headers(request.headers)
     device = link.get("device") or detected
     cookie_name = link_worker_cookie_name(study_id=study.pk)
-    worker, signed_id = link_worker_identify(study_id=study.pk, signed_id=request.COOKIES.get(cookie_name))
+    # A second run of this request (config.unavailable: the database connection broke) names the worker the
+    # first run minted, so it resumes the batch the first may have committed instead of starting another.
+    claimed = request.COOKIES.get(cookie_name) or getattr(request, _MINTED_WORKER, None)
+    worker, signed_id = link_worker_identify(study_id=study.pk, signed_id=claimed)
+    setattr(request, _MINTED_WORKER, signed_id)
     try:
         session = session_start(
             study=study,

@@ -11,8 +11,9 @@ platform, nor a corrective campaign's endpoint), and the annotator API's POSTs t
 its code again) and ``client`` (a merge of the same values). Whatever the first run stored before the
 connection broke, the commit of which may have gone through with its acknowledgement lost, the second run
 answers as the API answers a client's retry of the same request (a stored click: 200, ``created`` false).
-The link entry's POST (``/s/<token>/``) is left out: on a first visit it mints a new worker, so a second
-run after a lost acknowledgement would start a second batch for a worker the browser never hears of.
+The link entry's POST (``/s/<token>/``) is in the set too: ``session_start`` resumes the worker's running
+batch, and a first visit's newly minted worker is kept on the request (``annotation_ui.views``), so the
+second run names the same worker and resumes the batch the first may have committed.
 
 Only a lost connection is run again (``connection_lost``: the server said it ends the connection, or it is
 closed, broken or fails its health check), not a deadlock, a serialization failure or a timeout on a
@@ -48,7 +49,7 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_S = 5
 MESSAGE = "The database is unavailable for a moment (restarting or unreachable); nothing was stored. Try again in a few seconds."
 #: The annotator API's POSTs that may run twice (see the module docstring).
-SAFE_POST = re.compile(r"/api/annotator/[^/]+/(?:click|presented|finish|client)")
+SAFE_POST = re.compile(r"/api/annotator/[^/]+/(?:click|presented|finish|client)|/s/[^/]+/")
 #: GETs that write (a platform entry starts a session) or that were not checked (corrective campaigns).
 UNCHECKED_GET = re.compile(r"/(?:toloka|prolific|mturk)/|/api/annotator/[^/]+/corrective/")
 #: annotation_ui.parsers.MAX_BODY_BYTES (config imports nothing of the apps; a test keeps the two equal)

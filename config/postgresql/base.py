@@ -15,8 +15,8 @@ system is starting up / shutting down", SQLSTATE 57P03) is tried again every 100
 ``DB_CONNECT_WAIT_S`` seconds (``CLICKLAB_DB_CONNECT_WAIT_S``, default 5) before the error goes up: a
 request that opens a connection while PostgreSQL restarts waits rather than answering 503. A statement
 already running when the server goes down still fails; ``config.unavailable`` then runs the request once
-more (a GET, the annotator's click, presented, finish and client reports: safe to repeat), and that second
-run's new connection waits here; any other request gets a 503 with Retry-After. Other
+more (a GET, the annotator's click, presented, finish and client reports, the link entry: safe to repeat),
+and that second run's new connection waits here; any other request gets a 503 with Retry-After. Other
 failures (a wrong password, an unknown database, a host that cannot be resolved) go up at once.
 """
 

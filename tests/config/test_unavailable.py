@@ -17,9 +17,9 @@ from django.urls import reverse
 from psycopg.errors import AdminShutdown, DeadlockDetected, SerializationFailure
 
 from annotation_ui import parsers
-from collector.models import Click, Session, Trial
+from collector.models import Click, Round, Session, Target, Trial, Worker
 from collector.services.sessions import session_start
-from collector.services.tokens import session_token_make
+from collector.services.tokens import session_token_make, study_link_token_make
 from config import unavailable
 from config.unavailable import DatabaseRetryMiddleware, connection_lost, retry_safe
 from tests.factories import make_dataset, make_study, make_worker
@@ -193,6 +193,44 @@ def test_a_get_on_a_connection_the_server_ended_runs_again(client, batch):
 
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("cut", ["idle", "waiting-for-the-round"])
+def test_a_first_visit_to_a_study_link_cut_by_the_server_runs_again_with_the_same_worker(
+    client, tmp_path, settings, cut
+):
+    """The link entry's POST mints a worker on a first visit (no cookie): its second run names that worker,
+    so one worker and one batch come of it, whether the connection was dead before the request or the
+    statement was cut while the start waited for the round's lock (the worker's INSERT committed by then)."""
+    _needs_postgresql()
+    settings.MEDIA_ROOT = tmp_path / "media"
+    study = make_study(make_dataset(tmp_path, n_images=4, size=(64, 48)), publish=True, batch_size=3)
+    round_ = study.rounds.get()
+    workers_before = Worker.objects.count()
+    url = reverse("annotation_ui:study_link", kwargs={"token": study_link_token_make(study_id=study.pk)})
+    fault = None
+    if cut == "idle":
+        _terminate_own_connection()
+    else:
+        fault = _LockThenTerminate(table=Round._meta.db_table, row_id=round_.pk, times=1)
+        fault.start()
+        assert fault.locked.wait(10)
+
+    response = client.post(url + "?then=redirect", {"device": "pc"})
+    if fault is not None:
+        fault.finish()
+        assert len(fault.terminated) == 1, "the start never waited for the round's lock"
+    assert response.status_code == 303, response.content
+    assert Worker.objects.count() == workers_before + 1
+    [session] = Session.objects.filter(study=study)
+    assert session.trials.count() == 3
+    assert sum(Target.objects.filter(round=round_).values_list("inflight_pc", flat=True)) == 3
+    # the browser keeps the cookie of the worker both runs named: its next visit resumes the same batch
+    again = client.post(url + "?then=redirect", {"device": "pc"})
+    assert again.status_code == 303 and again["Location"] == response["Location"]
+    assert Session.objects.filter(study=study).count() == 1
+
+
+@pytest.mark.one_backend
+@pytest.mark.django_db(transaction=True)
 def test_a_post_outside_the_safe_set_is_a_503_and_stores_nothing(client, batch):
     _needs_postgresql()
     session, token = batch
@@ -293,10 +331,11 @@ def test_the_safe_set(rf):
     assert retry_safe(rf.get("/a/tok/")) and retry_safe(rf.head("/api/annotator/tok/state"))
     for endpoint in ("click", "presented", "finish", "client"):
         assert retry_safe(rf.post(f"/api/annotator/tok/{endpoint}"))
+    assert retry_safe(rf.post("/s/tok/?then=redirect"))
     for path in (
         "/api/annotator/tok/problem",
         "/api/annotator/tok/corrective/click",
-        "/s/tok/",
+        "/s/tok/extra",
         "/researcher/x",
     ):
         assert not retry_safe(rf.post(path)), path
