@@ -19,6 +19,7 @@ either finds nothing done and does everything, or finds it done and does nothing
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import OrderedDict
@@ -28,13 +29,14 @@ from threading import Lock
 
 import numpy as np
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from PIL import Image as PILImage
 
 from collector.models import Click, Round, Session, Target, Trial
 from collector.services.allocation import inflight_release
+from collector.services.prepared import prepared_cursor
 from collector.services.quality import session_quality_flags
 from collector.services.rounds import round_close_if_full
 from config.celery import app as celery_app
@@ -221,6 +223,40 @@ def target_region(*, target: Target) -> tuple[np.ndarray, np.ndarray | None]:
 # the service
 
 
+def _verdicts_store(clicks: list[Click]) -> None:
+    """Write each click's ``is_valid``, ``distance_px`` and ``invalid_reason``. PostgreSQL: one prepared UPDATE
+    from arrays (``bulk_update`` built a CASE per field and click, about a third of a validation's CPU);
+    SQLite: ``bulk_update``."""
+    if connection.vendor != "postgresql":
+        Click.objects.bulk_update(clicks, ["is_valid", "distance_px", "invalid_reason"])
+        return
+    if not clicks:
+        return
+    params = {
+        "ids": [click.pk for click in clicks],
+        "valid": [click.is_valid for click in clicks],
+        "distance": [click.distance_px for click in clicks],
+        "reason": [click.invalid_reason for click in clicks],
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_verdicts_sql(), params)
+
+
+@functools.cache
+def _verdicts_sql() -> str:
+    quote, meta = connection.ops.quote_name, Click._meta
+
+    def col(name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    return (
+        f"UPDATE {quote(meta.db_table)} AS c SET {col('is_valid')} = v.valid, {col('distance_px')} = v.distance, "
+        f"{col('invalid_reason')} = v.reason FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(valid)s AS boolean[]), "
+        f"CAST(%(distance)s AS double precision[]), CAST(%(reason)s AS text[])) AS v (id, valid, distance, reason) "
+        f"WHERE c.{col('id')} = v.id"
+    )
+
+
 def session_validate(*, session_id: int) -> Session | None:
     """Validate the finished session ``session_id`` exactly once; returns it, or None if it is gone.
 
@@ -273,7 +309,7 @@ def session_validate(*, session_id: int) -> Session | None:
             clicks.append(click)
             if verdict.is_valid:
                 valid_target_ids.append(trial.target_id)
-        Click.objects.bulk_update(clicks, ["is_valid", "distance_px", "invalid_reason"])
+        _verdicts_store(clicks)
 
         n_valid = len(valid_target_ids)
         required = required_valid_clicks(
