@@ -165,19 +165,17 @@ def row_lock(model: type[models.Model], pk: int, column: str = "id"):
         return (
             model.objects.select_for_update(no_key=True).filter(pk=pk).values_list(column, flat=True).first()
         )
+    meta = model._meta
     with prepared_cursor() as cursor:
-        cursor.execute(_row_lock_sql(model, column), [pk])
+        cursor.execute(_row_lock_sql(meta.db_table, meta.pk.column, meta.get_field(column).column), [pk])
         row = cursor.fetchone()
     return row[0] if row else None
 
 
 @functools.cache
-def _row_lock_sql(model: type[models.Model], column: str) -> str:
-    quote, meta = connection.ops.quote_name, model._meta
-    return (
-        f"SELECT {quote(meta.get_field(column).column)} FROM {quote(meta.db_table)} "
-        f"WHERE {quote(meta.pk.column)} = %s FOR NO KEY UPDATE"
-    )
+def _row_lock_sql(table: str, key: str, column: str) -> str:
+    quote = connection.ops.quote_name
+    return f"SELECT {quote(column)} FROM {quote(table)} WHERE {quote(key)} = %s FOR NO KEY UPDATE"
 
 
 #: The Target fields ``_take_targets`` loads (the counters and keys); the others are deferred.
