@@ -40,7 +40,7 @@ from collector.services.tokens import TokenInvalid, session_token_read
 from . import serializers as contract
 from .parsers import AnnotatorJSONParser, BodyRefused
 from .payloads import finish_payload, session_payload
-from .views import session_from_token
+from .views import session_from_token, session_id_from_token
 
 TOKEN_PARAMETER = OpenApiParameter(
     "token", OpenApiTypes.STR, OpenApiParameter.PATH, description="The session token of the task link."
@@ -156,18 +156,10 @@ class AnnotatorView(APIView):
         return response
 
 
-def _session_id(token: str) -> int:
-    """The session id a token names; Http404 (as ``session_from_token``) for a bad token."""
-    try:
-        return session_token_read(token=token)
-    except TokenInvalid:
-        raise Http404(_("task link not valid")) from None
-
-
 def _session_for_update(token: str, *fields: str) -> Session:
     """The session a token names with only ``fields`` loaded (the rest deferred), for an endpoint that
     writes those; Http404 as ``session_from_token``."""
-    session = Session.objects.only("id", *fields).filter(pk=_session_id(token)).first()
+    session = Session.objects.only("id", *fields).filter(pk=session_id_from_token(token)).first()
     if session is None:
         raise Http404(_("session not found"))
     return session
@@ -288,7 +280,7 @@ class Finish(AnnotatorView):
         responses={200: contract.FinishOut, **ERRORS, **REFUSED},
     )
     def post(self, request, token: str):
-        session_id = _session_id(token)  # session_finish reads the session itself (locked)
+        session_id = session_id_from_token(token)  # session_finish reads the session itself (locked)
         self.input(contract.FinishIn)
         try:
             finished = session_finish(session_id=session_id)

@@ -169,13 +169,17 @@ def _player_page(request, *, session: Session, token: str):
     return render(request, "annotation_ui/player.html", context)
 
 
-def session_from_token(token: str) -> Session:
-    """The session a token names; Http404 for a bad token or a deleted session."""
+def session_id_from_token(token: str) -> int:
+    """The session id a token names, without a query; Http404 for a bad token."""
     try:
-        session_id = session_token_read(token=token)
+        return session_token_read(token=token)
     except TokenInvalid:
         raise Http404(_("task link not valid")) from None
-    session = Session.objects.select_related("study").filter(pk=session_id).first()
+
+
+def session_from_token(token: str) -> Session:
+    """The session a token names; Http404 for a bad token or a deleted session."""
+    session = Session.objects.select_related("study").filter(pk=session_id_from_token(token)).first()
     if session is None:
         raise Http404(_("session not found"))
     return session
