@@ -1,7 +1,7 @@
 """The annotator API under ``/api/annotator/<session_token>/``: JSON, CSRF-exempt, token-only, no cookies.
 
-``state`` (GET), ``client`` (POST, what the browser measured), ``click`` (POST, one click, idempotent),
-``presented`` (POST, a trial is about to be shown), ``problem`` (POST, the player reports a refusal
+``state`` (GET), ``client`` (POST, what the browser measured), ``click`` (POST, one click, idempotent; it
+may carry the next trial's presentation report), ``presented`` (POST, a trial is about to be shown), ``problem`` (POST, the player reports a refusal
 it showed the annotator), ``finish`` (POST, the completion step). Each view parses the body with the bounded
 parser (``annotation_ui.parsers``), validates it with its declared serializer (``annotation_ui.serializers``)
 before any service runs, calls one service and serialises; the OpenAPI schema of these endpoints is served
@@ -26,7 +26,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.models import Session
-from collector.services.presentations import PresentationRefused, trial_presented_record
+from collector.services.presentations import (
+    PresentationRefused,
+    trial_presented_attached,
+    trial_presented_record,
+)
 from collector.services.sessions import (
     ClickRefused,
     SessionFinishRefused,
@@ -213,6 +217,7 @@ class ClickView(AnnotatorView):
         except TokenInvalid as exc:
             raise Http404(str(exc)) from None
         data = self.input(contract.ClickIn)
+        attached = data.pop("next_presentation", None)
         try:
             receipt = click_ingest(session_id=session_id, **data)
         except ClickRefused as exc:
@@ -221,15 +226,15 @@ class ClickView(AnnotatorView):
             ) from None
         except Session.DoesNotExist:
             raise Http404(_("session not found.")) from None
-        return Response(
-            {
-                "ok": True,
-                "created": receipt.created,
-                "position": receipt.position,
-                "missing": receipt.missing_positions,
-            },
-            status=status.HTTP_201_CREATED if receipt.created else status.HTTP_200_OK,
-        )
+        body = {
+            "ok": True,
+            "created": receipt.created,
+            "position": receipt.position,
+            "missing": receipt.missing_positions,
+        }
+        if attached is not None:
+            body["next_presentation"] = trial_presented_attached(session_id=session_id, **attached)
+        return Response(body, status=status.HTTP_201_CREATED if receipt.created else status.HTTP_200_OK)
 
 
 class Presented(AnnotatorView):

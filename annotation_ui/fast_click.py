@@ -36,7 +36,11 @@ from django.utils.cache import patch_vary_headers
 from rest_framework.renderers import JSONRenderer
 
 from collector.models import Session
-from collector.services.presentations import PresentationRefused, trial_presented_record
+from collector.services.presentations import (
+    PresentationRefused,
+    trial_presented_attached,
+    trial_presented_record,
+)
 from collector.services.sessions import ClickRefused, click_ingest
 from collector.services.tokens import TokenInvalid, session_token_read
 
@@ -151,6 +155,13 @@ def click_input(data: dict) -> dict | None:
         out["blocked_clicks"] = _integer(data.get("blocked_clicks", 0), 10_000)
         if "flags" in data:
             out["flags"] = _flags(data["flags"])
+        if "next_presentation" in data:
+            attached = data["next_presentation"]
+            if attached is not None:
+                attached = presented_input(attached) if type(attached) is dict else None
+                if attached is None:
+                    return None
+            out["next_presentation"] = attached
     except (KeyError, _NotPlain):
         return None
     return out
@@ -172,6 +183,7 @@ def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
     fields = click_input(data)
     if fields is None:
         return None
+    attached = fields.pop("next_presentation", None)
     receipt = click_ingest(session_id=session_id, **fields)
     body = {
         "ok": True,
@@ -179,6 +191,8 @@ def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
         "position": receipt.position,
         "missing": receipt.missing_positions,
     }
+    if attached is not None:
+        body["next_presentation"] = trial_presented_attached(session_id=session_id, **attached)
     return (201 if receipt.created else 200), body
 
 
@@ -215,7 +229,10 @@ class ClickFastPathMiddleware:
             if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES:
                 return None
             data = parse_body(request.body)  # kept on the request: the normal path parses it again
-            answer = endpoint(session_token_read(token=token), data)
+            # the language LocaleMiddleware (below) would activate: a carried showing's refusal is a message
+            language = translation.get_language_from_request(request)
+            with translation.override(language):
+                answer = endpoint(session_token_read(token=token), data)
         except _EXPECTED:
             # a refusal or a database error: the normal path answers it (a refusal wrote nothing; a write
             # stored before an error is answered there as the retry it is)
@@ -233,6 +250,6 @@ class ClickFastPathMiddleware:
         response["Cache-Control"] = "no-store"
         response["Content-Length"] = str(len(response.content))
         patch_vary_headers(response, ("Accept-Language",))
-        response.headers.setdefault("Content-Language", translation.get_language_from_request(request))
+        response.headers.setdefault("Content-Language", language)
         response.headers.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
         return response

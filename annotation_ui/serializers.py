@@ -180,6 +180,16 @@ class ClientReportIn(serializers.Serializer):
     )
 
 
+class PresentedIn(serializers.Serializer):
+    position = StrictInteger(min_value=0, max_value=MAX_POSITION)
+    presentation_id = StrictString(
+        min_length=1,
+        max_length=64,
+        validators=[RegexValidator(TOKEN_PATTERN, "must be 1-64 letters, digits or _.:- (a UUID is best)")],
+        help_text="A new id per showing (after a reload); the same one on a network retry.",
+    )
+
+
 class ClickIn(serializers.Serializer):
     """One click: canonical image pixels (x = column, y = row, origin top-left), ms on the page's clock."""
 
@@ -229,15 +239,11 @@ class ClickIn(serializers.Serializer):
         help_text="Why the player thinks the trial is invalid (tab_hidden, focus_lost, ...).",
     )
     refresh_hz = StrictNumber(required=False, allow_null=True, min_value=0.0, max_value=1000.0)
-
-
-class PresentedIn(serializers.Serializer):
-    position = StrictInteger(min_value=0, max_value=MAX_POSITION)
-    presentation_id = StrictString(
-        min_length=1,
-        max_length=64,
-        validators=[RegexValidator(TOKEN_PATTERN, "must be 1-64 letters, digits or _.:- (a UUID is best)")],
-        help_text="A new id per showing (after a reload); the same one on a network retry.",
+    next_presentation = PresentedIn(
+        required=False,
+        allow_null=True,
+        help_text="The next trial's presentation report, carried on this click (the player starts that trial "
+        "now): recorded as POST .../presented records it; the answer's next_presentation says how.",
     )
 
 
@@ -332,18 +338,31 @@ class OkOut(serializers.Serializer):
     ok = serializers.BooleanField()
 
 
+class PresentedOut(OkOut):
+    position = serializers.IntegerField()
+    presentations = serializers.IntegerField()
+    replayed = serializers.BooleanField()
+
+
+class NextPresentationOut(OkOut):
+    position = serializers.IntegerField()
+    presentations = serializers.IntegerField(required=False, help_text="When ok.")
+    replayed = serializers.BooleanField(required=False, help_text="When ok.")
+    reason = serializers.CharField(
+        required=False, help_text="When not ok: session_finished, session_expired, trial_done or invalid."
+    )
+    error = serializers.CharField(required=False, help_text="When not ok: the message for the worker.")
+
+
 class ClickOut(OkOut):
     created = serializers.BooleanField(help_text="False when the same idempotency_key was stored before.")
     position = serializers.IntegerField()
     missing = serializers.ListField(
         child=serializers.IntegerField(), help_text="Positions still without a click."
     )
-
-
-class PresentedOut(OkOut):
-    position = serializers.IntegerField()
-    presentations = serializers.IntegerField()
-    replayed = serializers.BooleanField()
+    next_presentation = NextPresentationOut(
+        required=False, help_text="How the next trial's presentation the click carried was recorded."
+    )
 
 
 class FinishOut(OkOut):

@@ -9,10 +9,12 @@ asyncio tasks over a lean HTTP/1.1 client of its own (``LeanHTTP``, keep-alive c
 the clients share the cores with the server they measure, and httpx took 1.5-1.7 ms of CPU per request where
 this client takes 0.065 ms, against a trivial local server on 2026-11-28), speaking the player's protocol:
 
-    entry (POST /s/<link>/) -> start (POST .../client) -> 10 x (presented (POST .../presented, one showing id
-    per trial, retried with it until 200), then, once phases A-C are over, click (POST .../click, one
-    idempotency key per click, retried with that key until acknowledged)) -> finish (POST .../finish, retried
-    until 200). The study's phases last 100 ms each, so a click comes 300 ms after its trial's report.
+    entry (POST /s/<link>/) -> start (POST .../client) -> 10 x (presented (one showing id per trial: carried on
+    the previous click as its ``next_presentation``, or for the first trial, and when the carried report was
+    not taken, POST .../presented, retried with it until 200), then, once phases A-C are over, click (POST
+    .../click, one idempotency key per click, retried with that key until acknowledged)) -> finish (POST
+    .../finish, retried until 200). The study's phases last 100 ms each, so a click comes 300 ms after its
+    trial's report. ``--separate-presented`` sends every report on its own, as players did before.
 
 The annotators arrive evenly over ``--ramp`` seconds (default 60: a popular Toloka pool sends a thousand
 workers in minutes; ``--ramp 0`` starts them all in the same instant, as ``--short`` does) and then click as
@@ -96,6 +98,7 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
                 stats["dropped"] += 1
                 await asyncio.sleep(spec["drop_wait_s"])
                 continue
+            stats["requests"][kind] = stats["requests"].get(kind, 0) + 1
             started = time.perf_counter()
             try:
                 response = await http.request(method, url, json=body, timeout=timeout_s, **kw)
@@ -128,19 +131,29 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, stats: di
     await call("POST", f"{api}/client", kind="start",
                body={"client_info": {"viewport_width": 1280, "viewport_height": 800, "refresh_hz": 60},
                      "detected_device": "pc"})  # fmt: skip
+    carried = None  # the showing of this trial, reported on the previous click: (presentation id, answered)
     for position in range(BATCH):
-        # as the player: report the showing, wait out phases A-C (the server refuses an earlier click), click
-        await call("POST", f"{api}/presented", kind="presented",
-                   body={"position": position, "presentation_id": f"{index}-{position}-{uuid.uuid4().hex[:8]}"})  # fmt: skip
+        # as the player: report the showing (carried on the previous click, else on its own), wait out phases
+        # A-C (the server refuses an earlier click), click
+        showing = carried[0] if carried else f"{index}-{position}-{uuid.uuid4().hex[:8]}"
+        if not (carried and carried[1]):  # the first trial, the old protocol, or the carried report not taken
+            await call("POST", f"{api}/presented", kind="presented",
+                       body={"position": position, "presentation_id": showing})  # fmt: skip
         await asyncio.sleep(PHASES_ABC_S)
         key = f"{index}-{position}-{uuid.uuid4().hex[:12]}"
         body = {"position": position, "idempotency_key": key, "x": 10.5 + position, "y": 12.25,
                 "shown_width": 640, "shown_height": 480, "pointer_type": "mouse", "reaction_ms": 400 + position,
                 "event_timestamp_ms": 9000.5 + 100 * position, "phase_onsets_ms": {"A": 1, "B": 2, "C": 3, "D": 4},
                 "blocked_clicks": 0, "flags": [], "refresh_hz": 60}  # fmt: skip
+        carried = None
+        if position + 1 < BATCH and not spec["separate_presented"]:
+            carried = (f"{index}-{position + 1}-{uuid.uuid4().hex[:8]}", False)
+            body["next_presentation"] = {"position": position + 1, "presentation_id": carried[0]}
         stats["clicks_sent"] += 1
         response, attempts = await call("POST", f"{api}/click", kind="click", body=body)
         acked = response is not None and response.status_code in (200, 201)
+        if carried and acked:
+            carried = (carried[0], bool((response.json().get("next_presentation") or {}).get("ok")))
         record["clicks"].append({"key": key, "acked": acked, "attempts": attempts,
                                  "acked_at": time.time() if acked else None})  # fmt: skip
         if spec["think_ms"]:
@@ -254,7 +267,7 @@ class _ClosedBeforeAnswer(ConnectionError):
 
 async def _client_main(spec: dict) -> dict:
     stats = {"clicks_sent": 0, "dropped": 0, "lost_responses": 0, "status": {}, "errors": {}, "click_ms": [],
-             "entry_ms": [], "refused": []}  # fmt: skip
+             "entry_ms": [], "refused": [], "requests": {}}  # fmt: skip
     started = time.monotonic()
     # No cookies are kept: the link entry keeps one worker per browser in a cookie, and every simulated
     # annotator is another person (a shared jar made them all one worker resuming one session).
@@ -421,6 +434,7 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
                 "drop": args.drop if faults else 0.0, "lose": args.lose if faults else 0.0,
                 "timeout_s": args.timeout, "drop_wait_s": min(args.timeout, 0.5), "give_up_s": args.give_up,
                 "think_ms": args.think_ms, "connections": max(1, len(indices)),
+                "separate_presented": args.separate_presented,
                 "ramp_s": args.ramp, "annotators": n}  # fmt: skip
         spec_path, out_path = tmp / f"{name}-{c}-spec.json", tmp / f"{name}-{c}-out.json"
         spec_path.write_text(json.dumps(spec))
@@ -485,10 +499,11 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
     time.sleep(0.5)
     server_ms, stack["access_offset"] = _server_ms(stack["access_log"], offset)
 
-    status, errors = Counter(), Counter()
+    status, errors, requests = Counter(), Counter(), Counter()
     click_ms, entry_ms, dropped, lost_responses, refused = [], [], 0, 0, []
     for result in results:
         status.update(result["stats"]["status"])
+        requests.update(result["stats"]["requests"])
         errors.update(result["stats"]["errors"])
         click_ms += result["stats"]["click_ms"]
         entry_ms += result["stats"]["entry_ms"]
@@ -513,6 +528,8 @@ def run_phase(name: str, args, stack: dict, link: str, base: str, faults: tuple[
         "sessions_validated": validated,
         "outbox": outbox,
         "status": dict(sorted(status.items())),
+        "requests": dict(sorted(requests.items())),
+        "separate_presented": args.separate_presented,
         "5xx": fivexx,
         "500": status.get("500", 0),
         "503": status.get("503", 0),
@@ -584,7 +601,13 @@ def print_phase(result: dict, baseline: dict | None = None) -> None:
     r = result
     print(
         f"\n== {r['phase']}: {r['annotators']} annotators arriving over {r['ramp_s']:g} s, "
-        f"faults: {', '.join(r['faults']) or 'none'}"
+        f"faults: {', '.join(r['faults']) or 'none'}; presentation reports "
+        f"{'each on its own' if r['separate_presented'] else 'carried on clicks'}"
+    )
+    sent = sum(r["requests"].values())
+    print(
+        f"   requests sent {sent} ({sent / max(1, r['clicks_sent']):.2f} per click): "
+        + ", ".join(f"{kind} {count}" for kind, count in r["requests"].items())
     )
     for line in r["fault_log"]:
         print(f"   {line}")
@@ -644,6 +667,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--web-threads", type=int, default=4, help="threads per gunicorn worker (make prod's 4)"
     )
+    parser.add_argument(
+        "--separate-presented", action="store_true",
+        help="report every showing with its own POST .../presented (players before the report rode on the "
+        "previous click)",
+    )  # fmt: skip
     parser.add_argument("--short", action="store_true", help="100 annotators, all faults, 1 client process")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     args = parser.parse_args(argv)

@@ -27,6 +27,15 @@ Wire format (``annotation_ui.api.Presented``; every 4xx body also carries ``fiel
     400 {"error": "<what is malformed, or no trial at that position>"}      404 bad token
 
 Send it once per showing (a new ``presentation_id`` after a reload; the same one on a network retry).
+
+The report of the trial after a click can ride on that click instead (``trial_presented_attached``)::
+
+    POST /api/annotator/<session token>/click
+    {..., "next_presentation": {"position": 4, "presentation_id": "<client uuid>"}}
+
+    201 {"ok": true, "created": true, "position": 3, "missing": [...],
+         "next_presentation": {"ok": true, "position": 4, "presentations": 1, "replayed": false}}
+    (or "next_presentation": {"ok": false, "position": 4, "reason": "trial_done", "error": "..."})
 """
 
 from __future__ import annotations
@@ -138,6 +147,28 @@ def trial_presented_record(*, session_id: int, position: int, presentation_id: s
                 fields.append("flags")
             trial.save(update_fields=fields)
     return _presented(session_id=session_id, trial_id=trial.pk, position=position, shown=len(shown))
+
+
+def trial_presented_attached(*, session_id: int, position: int, presentation_id: str) -> dict:
+    """The showing a click carries for the batch's next trial (its ``next_presentation``, see below), recorded as
+    :func:`trial_presented_record` records a report of its own. Returns the click answer's
+    ``next_presentation`` object: ``{"ok": true, "position", "presentations", "replayed"}``, or ``{"ok":
+    false, "position", "reason", "error"}`` when the report is refused (``reason`` as the 409 of ``presented``:
+    ``session_finished``, ``session_expired``, ``trial_done``) or names no trial (``invalid``). A refused
+    showing never changes the click's own answer: the click is stored before it.
+
+    Why: a player reports each trial just before its phase A, and the next trial starts the moment the
+    previous one is clicked. Carried on that click, the report costs no request of its own; per trial the
+    player then sends one request instead of two. A player that cannot carry it (the first trial, a click
+    queued behind an unanswered one, no answer in time) sends ``presented`` itself with the same
+    ``presentation_id``, which counts once."""
+    try:
+        return {"ok": True, **trial_presented_record(session_id=session_id, position=position,
+                                                     presentation_id=presentation_id)}  # fmt: skip
+    except PresentationRefused as exc:
+        return {"ok": False, "position": position, "reason": exc.reason, "error": str(exc)}
+    except ValueError as exc:
+        return {"ok": False, "position": position, "reason": "invalid", "error": str(exc)}
 
 
 def _presented(*, session_id: int, trial_id: int, position: int, shown: int) -> dict:

@@ -11,7 +11,10 @@
  * Loading: the batch's pictures stream in one response; START is enabled once the first trial's pictures
  * are decoded and the rest arrive while the trials run. A trial never starts before its own pictures are
  * decoded: it waits on a short message instead, and the wait is sent with its click (``load_wait_ms``).
- * Before phase A the player tells the server the trial is presented; a refusal (409) stops it.
+ * Before phase A the player tells the server the trial is presented; a refusal (409) stops it. The report of
+ * the trial that follows a click rides on that click (its ``next_presentation``), so a trial costs one request,
+ * not two; when it cannot (the first trial, a click queued behind an unanswered one, no answer in time) the
+ * player sends ``presented`` itself, with the same presentation id, which the server counts once.
  *
  * Clicks: Pointer Events on the stage, mapped to canonical image pixels through the shown canvas's
  * displayed rectangle. Each click goes into the outbox (outbox.js) and is sent at once with its
@@ -65,10 +68,25 @@ function reportProblem(endpoint, status, message, position) {
   postJson(payload.api.problem, body, 10000).catch(() => {});
 }
 
+// Presentation reports carried on clicks: position -> {id, answer} (answer: a deferred of the click answer's
+// ``next_presentation``, or null when the click's first sending got no 2xx).
+const carried = new Map();
+
+function sendClick(item) {
+  const sent = postJson(payload.api.click, item, 15000);
+  const next = item.next_presentation;
+  const report = next ? carried.get(next.position) : null;
+  if (report && report.id === next.presentation_id) {
+    sent.then((result) => report.answer.resolve((result.ok && result.data.next_presentation) || null),
+      () => report.answer.resolve(null));
+  }
+  return sent;
+}
+
 const outbox = PREVIEW ? null : new Outbox({
   key: `clicklab.outbox.${payload.session.id}`,
   storage: (() => { try { return window.localStorage; } catch { return null; } })(),
-  send: (item) => postJson(payload.api.click, item, 15000),
+  send: sendClick,
   onStatus: (state) => {
     const text = state ? gettext("Reconnecting…") : "";
     $("net-status").textContent = text;
@@ -81,6 +99,8 @@ const outbox = PREVIEW ? null : new Outbox({
     reportProblem("click", result.status, reason, item.position);
   },
 });
+// A click left from before a reload no longer carries a report: the reloaded page shows that trial anew.
+if (outbox) { outbox.items.forEach((item) => { delete item.next_presentation; }); }
 
 // ----------------------------------------------------------------------------------------------------
 // Canvases: two pairs (image, target) used in turn, so the next trial is drawn while this one runs.
@@ -206,10 +226,33 @@ function frame(timestamp) {
   if ((PREVIEW && waiting) || (!PREVIEW && clock.running())) { requestAnimationFrame(frame); } else { meter.pause(); }
 }
 
-/** POST .../presented before phase A: true to go on, false when the server refused the trial. */
+/** The trial at ``position`` is about to be shown: its report rides on the click being sent now. */
+function carryPresentation(record, position) {
+  const report = { id: uuid4(), answer: deferred() };
+  carried.set(position, report);
+  record.next_presentation = { position, presentation_id: report.id };
+}
+
+/** Report the showing before phase A (carried on the last click, or POST .../presented): true to go on,
+ *  false when the server refused the trial. */
 async function reportPresented(position) {
   if (PREVIEW || !payload.api.presented) { return true; }
-  const body = { position, presentation_id: uuid4() };
+  let presentationId = uuid4();
+  const report = carried.get(position);
+  if (report) {
+    carried.delete(position);
+    presentationId = report.id;
+    const answer = await Promise.race([report.answer.promise, sleep(4000).then(() => null)]);
+    if (answer && answer.ok) { return true; }
+    if (answer && answer.reason && answer.reason !== "invalid") {
+      const message = answer.error || gettext("This image cannot be shown.");
+      reportProblem("presented", 409, message, position);
+      fail(message);
+      return false;
+    }
+    // no answer in time, or an invalid report: the player's own report decides (the same id counts once)
+  }
+  const body = { position, presentation_id: presentationId };
   for (let attempt = 1; attempt <= 3; attempt += 1) {
     try {
       const result = await postJson(payload.api.presented, body, 4000);
@@ -292,6 +335,8 @@ function onPointerDown(event) {
     flags: Object.keys(current.flags),
     refresh_hz: Math.round(meter.hz() * 100) / 100,
   };
+  // Sent at once only when nothing waits in the outbox; otherwise the next trial reports itself.
+  if (queue.length && !outbox.items.length && payload.api.presented) { carryPresentation(record, queue[0].position); }
   api.results.push(record);
   outbox.add(record);
   previousPair = current.pair;

@@ -25,7 +25,8 @@ PLAYER_CLICK = {"position": 0, "idempotency_key": "0b9e4c1e-5d1f-4a59-9d0c-2f6b8
                 "shown_width": 640, "shown_height": 480, "pointer_type": "touch", "reaction_ms": 412.3,
                 "event_timestamp_ms": 9000.5, "phase_onsets_ms": {"A": 1000.1, "B": 2500.2, "C": 4500.3, "D": 6000.4},
                 "scheduled_onsets_ms": {"A": 1000, "B": 2500, "C": 4500, "D": 6000}, "load_wait_ms": 0,
-                "blocked_clicks": 1, "flags": ["focus_lost"], "refresh_hz": 59.94}  # fmt: skip
+                "blocked_clicks": 1, "flags": ["focus_lost"], "refresh_hz": 59.94,
+                "next_presentation": {"position": 1, "presentation_id": "7c1d2e3f-0a4b-4c5d-8e6f-9a0b1c2d3e4f"}}  # fmt: skip
 
 
 @pytest.fixture
@@ -84,7 +85,13 @@ def _exchange(study, settings, *, fast: bool) -> list:
     settings.CLICK_FAST_PATH = fast
     token = _token(study)
     run = "fast" if fast else "view"  # idempotency keys are unique across sessions
-    first = {**PLAYER_CLICK, "idempotency_key": f"{run}-0"}
+    # a click carrying a showing the rules refuse (its own trial, answered by it): the click is stored all the
+    # same (a carried showing the rules take is in tests/collector/test_services_presentations.py)
+    first = {
+        **PLAYER_CLICK,
+        "idempotency_key": f"{run}-0",
+        "next_presentation": {"position": 0, "presentation_id": f"{run}-n0"},
+    }
     answers = [
         _post(token, first),
         _post(token, first),
@@ -94,6 +101,7 @@ def _exchange(study, settings, *, fast: bool) -> list:
         _post(token, {**first, "idempotency_key": f"{run}-new"}),
         _post(token[:-3] + "xyz", {**first, "position": 2, "idempotency_key": f"{run}-2"}),
         _post(token, {**first, "position": 2, "idempotency_key": f"{run}-2", "x": "5.5"}),
+        _post(token, {**first, "position": 2, "idempotency_key": f"{run}-2", "next_presentation": {"position": 0}}),
     ]  # fmt: skip
     fresh = session_start(study=study, worker=make_worker(), device="pc")  # presented just now: too early
     present_trials(fresh, seconds_ago=0.0)
@@ -117,9 +125,12 @@ def test_the_fast_path_answers_stored_clicks_exactly_as_the_view_and_leaves_the_
     study, settings, view_calls
 ):
     normal, by_view = _both_paths(_exchange, study, settings, view_calls)
-    assert [status for status, _body, _headers in normal] == [201, 200, 201, 409, 409, 404, 400, 409]
-    # the three stored clicks (201, 200, 201) were answered without the view; the five refusals by it
-    assert by_view == (5, 8)
+    assert [status for status, _body, _headers in normal] == [201, 200, 201, 409, 409, 404, 400, 400, 409]
+    # the three stored clicks (201, 200, 201) were answered without the view; the six refusals by it
+    assert by_view == (6, 9)
+    carried = json.loads(normal[0][1])["next_presentation"]
+    assert (carried["ok"], carried["position"], carried["reason"]) == (False, 0, "trial_done")
+    assert json.loads(normal[7][1])["field"] == "next_presentation.presentation_id"
     assert sorted(Click.objects.values_list("idempotency_key", flat=True)) == [
         "fast-0", "fast-1", "view-0", "view-1"
     ]  # fmt: skip
@@ -232,6 +243,14 @@ FIELDS = {
     "phase_onsets_ms": ANY, "scheduled_onsets_ms": ANY,
     "blocked_clicks": st.one_of(st.integers(min_value=-2, max_value=10_002), ANY),
     "flags": st.one_of(st.lists(st.from_regex(r"[a-z_]{0,42}", fullmatch=True), max_size=22), ANY),
+    "next_presentation": st.one_of(
+        st.fixed_dictionaries(
+            {"position": st.one_of(st.integers(min_value=-2, max_value=10_002), ANY),
+             "presentation_id": st.one_of(st.from_regex(r"[A-Za-z0-9_.:-]{0,66}", fullmatch=True), ANY)},
+            optional={"other": ANY},
+        ),
+        ANY,
+    ),
     "extra": ANY,
 }  # fmt: skip
 
@@ -289,11 +308,15 @@ OTHERS = [None, True, False, "1", "", [], {}, 10**400, -(10**400), "mouse", ["a"
 
 
 @pytest.mark.parametrize("name", [*EDGES, "idempotency_key", "pointer_type", "flags", "phase_onsets_ms",
-                                  "scheduled_onsets_ms"])  # fmt: skip
+                                  "scheduled_onsets_ms", "next_presentation"])  # fmt: skip
 def test_the_plain_check_agrees_with_the_serializer_on_each_fields_edges(name):
     values = EDGES.get(name, []) + OTHERS + [
         "k" * 64, "k" * 65, "a b", "é", "pen", "Mouse", ["x" * 40], ["x" * 41], ["ok"] * 20, ["ok"] * 21,
         ["bad flag"], {"A": 1e10, "click": -1e10}, {"A": 1e10 + 1}, {"B": "1"}, {"C": None, "Z": "z"},
+        {"position": 0, "presentation_id": "p"}, {"position": 10_000, "presentation_id": "p" * 64, "z": 1},
+        {"position": 10_001, "presentation_id": "p"}, {"position": 1, "presentation_id": "a b"},
+        {"position": True, "presentation_id": "p"}, {"position": 1.0, "presentation_id": "p"},
+        {"position": 1, "presentation_id": None}, {"position": 1}, {"presentation_id": "p"},
     ]  # fmt: skip
     for value in [*values, "absent"]:
         body = dict(PLAYER_CLICK)

@@ -93,6 +93,8 @@ def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    posts: list[str] = []
+    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
     touch = layout == "phone"
     url = open_player(page, entry_url(player_server.url, study))
     session = _session_of(url)
@@ -129,12 +131,17 @@ def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
         click = trial.click
         assert trial.blocked_clicks == 3, f"trial {trial.position}: presses in A, B and C must be counted"
         assert trial.flags == []
+        assert len(trial.presentations) == 1, f"trial {trial.position}: reported {trial.presentations}"
         assert click.pointer_type == ("touch" if touch else "mouse")
         x, y = expected_canonical(clicked, image.width, image.height)
         assert click.x == pytest.approx(x, abs=1e-6) and click.y == pytest.approx(y, abs=1e-6)
         assert click.shown_width == pytest.approx(clicked.rect["width"])
         assert click.reaction_ms > 0 and click.event_timestamp_ms == trial.phase_onsets_ms["click"]
         all_errors.append(_assert_phase_timing(trial, **SHORT))
+    # one request per trial: the first trial's report is a request of its own, every later one rides on the
+    # click before it (its next_presentation)
+    api_posts = [url.rsplit("/", 1)[-1] for url in posts if "/api/annotator/" in url]
+    assert api_posts.count("presented") == 1 and api_posts.count("click") == 10, api_posts
     print(f"{layout}: phase errors (ms) {all_errors}")
 
 
@@ -259,6 +266,9 @@ def test_reload_mid_batch_resumes_at_the_next_trial(chromium, player_server, tmp
     )
     assert keys == list(range(10))
     assert Session.objects.get(pk=session.pk).status == Session.Status.FINISHED
+    # trial 4 was on screen (phase B) when the page reloaded and was shown again: a replay; none other is
+    flags = dict(Trial.objects.filter(session=session).values_list("position", "flags"))
+    assert flags == {position: (["replayed"] if position == 4 else []) for position in range(10)}
 
 
 def test_failing_requests_still_store_every_click_exactly_once(chromium, player_server, tmp_path):
@@ -298,6 +308,10 @@ def test_failing_requests_still_store_every_click_exactly_once(chromium, player_
     assert sorted(
         Click.objects.filter(trial__session=session).values_list("trial__position", flat=True)
     ) == list(range(10))
+    # each showing counted once, whether its report rode on a click that failed, on one whose answer was lost,
+    # or came on its own after
+    shown = {trial.position: (len(trial.presentations), trial.flags) for trial in session.trials.all()}
+    assert shown == {position: (1, []) for position in range(10)}, shown
 
 
 def test_start_comes_before_the_last_picture_and_no_trial_starts_undecoded(chromium, player_server, tmp_path):

@@ -1,6 +1,6 @@
 """Trial presentations (collector.services.presentations) and their endpoint
-``POST /api/annotator/<token>/presented``: a replayed trial is flagged and does not count; a batch
-finished elsewhere is refused; link-mode workers are recognised again (collector.services.link_workers)."""
+``POST /api/annotator/<token>/presented`` (or a click's ``next_presentation``): a replayed trial is flagged and
+does not count; a batch finished elsewhere is refused; link-mode workers are recognised again (collector.services.link_workers)."""
 
 from __future__ import annotations
 
@@ -185,6 +185,100 @@ def test_a_new_showing_is_one_statement_on_postgresql_and_stores_what_the_locked
         for captured in (first, second):
             statements = [query["sql"] for query in captured.captured_queries]
             assert len(statements) == 1 and statements[0].startswith("UPDATE"), statements
+
+
+def _click_carrying(session, position: int, key: str, next_presentation) -> tuple[int, dict]:
+    """POST a click at ``position`` (inside the target) whose body carries ``next_presentation``."""
+    body = {"position": position, "idempotency_key": key, "x": 200.5, "y": 150.5, "shown_width": 400.0,
+            "shown_height": 300.0, "pointer_type": "mouse", "reaction_ms": 500.0, "flags": [],
+            "next_presentation": next_presentation}  # fmt: skip
+    response = Client().post(
+        f"/api/annotator/{session_token_make(session_id=session.pk)}/click",
+        data=json.dumps(body),
+        content_type="application/json",
+    )
+    return response.status_code, response.json()
+
+
+def _age_presentations(session, position: int) -> None:
+    """Move the trial's recorded showings 30 s back, so its click is not too early."""
+    trial = Trial.objects.get(session=session, position=position)
+    at = (timezone.now() - timedelta(seconds=30)).isoformat()
+    Trial.objects.filter(pk=trial.pk).update(presentations=[{**e, "at": at} for e in trial.presentations])
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "drf-view"])
+def test_a_click_carries_the_next_trials_report_which_counts_once_however_often_it_comes(
+    session, settings, fast_path
+):
+    """The player reports trial 1 on trial 0's click; the click's retry, and the player's own report with the
+    same id (sent when the click's answer was late), are that same showing; trial 1 is then clicked clean."""
+    settings.CLICK_FAST_PATH = fast_path
+    present_trials(session, positions=[0])
+    carried = {"position": 1, "presentation_id": "next-1"}
+    status, body = _click_carrying(session, 0, "c-0", carried)
+    assert status == 201 and body["created"] is True
+    assert body["next_presentation"] == {"ok": True, "position": 1, "presentations": 1, "replayed": False}
+    status, body = _click_carrying(session, 0, "c-0", carried)  # the network retry of the same click
+    assert (status, body["created"], body["next_presentation"]["presentations"]) == (200, False, 1)
+    assert _post(session, carried) == (
+        200,
+        {"ok": True, "position": 1, "presentations": 1, "replayed": False},
+    )
+    trial = Trial.objects.get(session=session, position=1)
+    assert [entry["id"] for entry in trial.presentations] == ["next-1"] and trial.flags == []
+    _age_presentations(session, 1)
+    status, body = _click_carrying(session, 1, "c-1", None)  # null: nothing carried
+    assert status == 201 and "next_presentation" not in body
+    clicked = Trial.objects.get(session=session, position=1)
+    assert clicked.flags == [], "a carried report is a report: the click is not flagged not_presented"
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "drf-view"])
+def test_a_carried_report_the_rules_refuse_never_refuses_the_click_that_carried_it(
+    session, settings, fast_path
+):
+    settings.CLICK_FAST_PATH = fast_path
+    _click(session, 1)  # trial 1 answered (in another tab)
+    present_trials(session, positions=[0, 2])
+    status, body = _click_carrying(session, 0, "c-0", {"position": 1, "presentation_id": "late-1"})
+    assert status == 201 and body["created"] is True
+    refused = body["next_presentation"]
+    assert (refused["ok"], refused["position"], refused["reason"]) == (False, 1, "trial_done")
+    assert "already answered" in refused["error"]
+    status, body = _click_carrying(session, 2, "c-2", {"position": 9, "presentation_id": "nowhere"})
+    assert status == 201
+    assert (
+        body["next_presentation"]["reason"] == "invalid"
+        and "no trial at position 9" in (body["next_presentation"]["error"])
+    )
+    assert sorted(Trial.objects.filter(session=session, click__isnull=False).values_list("position", flat=True)) == [
+        0, 1, 2
+    ]  # fmt: skip
+    assert "late-1" not in [e["id"] for e in Trial.objects.get(session=session, position=1).presentations]
+
+
+@pytest.mark.parametrize(
+    ("carried", "field", "text"),
+    [
+        (
+            {"position": 1, "presentation_id": "a b"},
+            "next_presentation.presentation_id",
+            "must be 1-64 letters",
+        ),
+        ({"position": "1", "presentation_id": "p"}, "next_presentation.position", "must be an integer"),
+        ({"presentation_id": "p"}, "next_presentation.position", "is missing"),
+        ("p-1", "next_presentation", ""),
+    ],
+)
+def test_a_malformed_carried_report_refuses_the_request_naming_the_field_and_stores_nothing(
+    session, carried, field, text
+):
+    present_trials(session, positions=[0])
+    status, body = _click_carrying(session, 0, "c-0", carried)
+    assert (status, body["field"]) == (400, field) and text in body["error"], body
+    assert not Trial.objects.filter(session=session, click__isnull=False).exists()
+    assert Trial.objects.get(session=session, position=1).presentations in (None, [])
 
 
 def test_a_link_worker_is_recognised_on_the_next_visit_of_the_same_study():
