@@ -4,9 +4,18 @@ Its access and error lines go through the app's one log handler (config.log_form
 with ``LOG_FORMAT=json``, readable lines otherwise, and the redaction filter, so the request line of an access
 entry (``GET /a/<session token>/``) and its referer carry ``[token]``, never the token.
 Bind address, workers and timeouts stay on the command line or in ``GUNICORN_CMD_ARGS``.
+
+Each worker listens on a socket of its own (``reuse_port``: SO_REUSEPORT), so the kernel spreads new
+connections evenly over the workers. On one shared socket the worker that happened to be awake took most of
+them: a thousand annotators' kept-alive connections arriving together left one worker (one GIL) doing most of
+the work while the others idled (measured with bench/bench_load_faults.py, see README). Since a socket with
+that flag would also share its port with another server started on it by mistake, ``on_starting`` refuses to
+start when something already listens on the address.
 """
 
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -19,3 +28,31 @@ logconfig_dict = logging_config(
 )
 # the combined format with the request time (ms): the redaction filter rewrites the whole line
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(M)sms'
+
+reuse_port = True
+
+
+def on_starting(server) -> None:
+    """Refuse to start (exit status 1, the address named) when the address is taken: with ``reuse_port`` the
+    bind itself would succeed and the two servers would split the connections. A new master of a binary
+    upgrade (USR2, ``GUNICORN_PID``) or systemd's sockets are left alone."""
+    if "GUNICORN_PID" in os.environ or os.environ.get("LISTEN_FDS"):
+        return
+    for address in server.cfg.address:
+        if not isinstance(address, tuple):  # a UNIX socket: gunicorn's own bind checks it
+            continue
+        host, port = address[0], address[1]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # SO_REUSEADDR (as gunicorn's own sockets): connections of an earlier run in TIME_WAIT do not count,
+            # only a socket listening there now does
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                sys.exit(
+                    f"gunicorn: {host}:{port} is already in use by another server; stop it (or choose another "
+                    "address with --bind / PORT) and start again."
+                )
