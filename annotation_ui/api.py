@@ -1,11 +1,11 @@
 """The annotator API under ``/api/annotator/<session_token>/``: JSON, CSRF-exempt, token-only, no cookies.
 
 ``state`` (GET), ``client`` (POST, what the browser measured), ``click`` (POST, one click, idempotent; it
-may carry the next trial's presentation report), ``presented`` (POST, a trial is about to be shown), ``problem`` (POST, the player reports a refusal
-it showed the annotator), ``finish`` (POST, the completion step). Each view parses the body with the bounded
-parser (``annotation_ui.parsers``), validates it with its declared serializer (``annotation_ui.serializers``)
-before any service runs, calls one service and serialises; the OpenAPI schema of these endpoints is served
-at ``/api/annotator/schema/``.
+may carry the next trial's presentation report), ``presented`` (POST, a trial is about to be shown),
+``problem`` (POST, the player reports a refusal it showed the annotator), ``finish`` (POST, the completion
+step). Each view parses the body with the bounded parser (``annotation_ui.parsers``), validates it with its
+declared serializer (``annotation_ui.serializers``) before any service runs, calls one service and
+serialises; the OpenAPI schema of these endpoints is served at ``/api/annotator/schema/``.
 
 Every 4xx body is ``{"error": "<the field, the value and what to do>", "field": "<dotted path>"|null, ...}``:
 400 malformed input, 404 bad token, 409 refused by the rules (with ``reason``).

@@ -150,9 +150,9 @@ def trial_presented_record(*, session_id: int, position: int, presentation_id: s
 
 
 def trial_presented_attached(*, session_id: int, position: int, presentation_id: str) -> dict:
-    """The showing a click carries for the batch's next trial (its ``next_presentation``, see below), recorded as
-    :func:`trial_presented_record` records a report of its own. Returns the click answer's
-    ``next_presentation`` object: ``{"ok": true, "position", "presentations", "replayed"}``, or ``{"ok":
+    """The showing a click carries for the batch's next trial (its ``next_presentation``, wire format in the
+    module docstring), recorded as :func:`trial_presented_record` records a report of its own. Returns the
+    click answer's ``next_presentation`` object: ``{"ok": true, "position", "presentations", "replayed"}``, or ``{"ok":
     false, "position", "reason", "error"}`` when the report is refused (``reason`` as the 409 of ``presented``:
     ``session_finished``, ``session_expired``, ``trial_done``) or names no trial (``invalid``). A refused
     showing never changes the click's own answer: the click is stored before it.
