@@ -25,6 +25,12 @@ request is not run again. The middleware below the retry point run again on the 
 each sets its attributes afresh (session, user, messages), the annotator API is CSRF-exempt and a GET is
 not checked.
 
+An error raised in a middleware's own code below the retry point (SessionMiddleware saving the session on
+the way out) never reaches a ``process_exception``: Django turns it into a 500 where it is raised. Such an
+error is noted on the request when Django reports it (``got_request_exception``), and the retry middleware
+treats that 500 as the error it stands for: a second run when the request is safe to repeat and the
+connection was lost, else the 503 below.
+
 ``DatabaseUnavailableMiddleware`` (near the view) turns the error into the answer when there is no second
 run, or the second run fails too: a 503 with Retry-After. A failed run stored nothing (its transaction did
 not commit; if only the acknowledgement of a commit was lost, the write was idempotent and the client's
@@ -38,7 +44,9 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 
+from django.core.signals import got_request_exception
 from django.db import InterfaceError, OperationalError, connections
 from django.http import HttpResponse, JsonResponse
 
@@ -56,6 +64,19 @@ UNCHECKED_GET = re.compile(r"/(?:toloka|prolific|mturk)/|/api/annotator/[^/]+/co
 MAX_BODY_BYTES = 16_000
 #: request attribute: "armed" while a second run is possible; the error's type name once it is due
 _RETRY = "_database_retry"
+#: request attribute: a database error Django answered with a 500 where it was raised (a middleware's code)
+_ANSWERED_500 = "_database_error_500"
+
+
+def _note_database_error(sender, request=None, **kwargs) -> None:
+    """``got_request_exception``: Django is answering an error with a 500; keep it on the request when it is
+    a database error, for the retry middleware above (see the module docstring)."""
+    error = sys.exc_info()[1]
+    if request is not None and isinstance(error, OperationalError | InterfaceError):
+        setattr(request, _ANSWERED_500, error)
+
+
+got_request_exception.connect(_note_database_error, dispatch_uid="config.unavailable.note_database_error")
 
 
 def retry_safe(request) -> bool:
@@ -132,13 +153,17 @@ class DatabaseRetryMiddleware:
 
     def __call__(self, request):
         if not retry_safe(request) or not _body_kept(request):
-            return self.get_response(request)
+            return self._unavailable_for_500(request, self.get_response(request))
         setattr(request, _RETRY, "armed")
         response = self.get_response(request)
         state = getattr(request, _RETRY, None)
         setattr(request, _RETRY, None)  # once only: a second failure is answered by the 503
+        if state == "armed" and response.status_code == 500:
+            error = getattr(request, _ANSWERED_500, None)
+            if error is not None and connection_lost(error):
+                state = type(error).__name__  # raised in a middleware's code: run it again all the same
         if state is None or state == "armed":
-            return response
+            return self._unavailable_for_500(request, response)
         for wrapper in connections.all(initialized_only=True):
             if _broken(wrapper):
                 wrapper.close()
@@ -146,7 +171,20 @@ class DatabaseRetryMiddleware:
             "database connection lost: the request runs again",
             extra={"path": redact(request.path), "error": state},
         )
-        return self.get_response(request)
+        setattr(request, _ANSWERED_500, None)
+        return self._unavailable_for_500(request, self.get_response(request))
+
+    @staticmethod
+    def _unavailable_for_500(request, response):
+        """``response``, or the 503 when it is the 500 of a database error raised in a middleware's code."""
+        error = getattr(request, _ANSWERED_500, None)
+        if response.status_code != 500 or error is None:
+            return response
+        logger.warning(
+            "database unavailable: answered 503",
+            extra={"path": redact(request.path), "error": type(error).__name__},
+        )
+        return unavailable_response(request)
 
 
 class DatabaseUnavailableMiddleware:
@@ -166,10 +204,15 @@ class DatabaseUnavailableMiddleware:
                 "database unavailable: answered 503",
                 extra={"path": request.path, "error": type(exception).__name__},
             )
-        if request.path.startswith("/api/") or "json" in request.headers.get("Accept", ""):
-            response = JsonResponse({"error": MESSAGE, "code": "database_unavailable"}, status=503)
-        else:
-            response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
-        response["Retry-After"] = str(RETRY_AFTER_S)
-        response["Cache-Control"] = "no-store"
-        return response
+        return unavailable_response(request)
+
+
+def unavailable_response(request) -> HttpResponse:
+    """The 503 with Retry-After: JSON for the API and JSON clients, a short text for people."""
+    if request.path.startswith("/api/") or "json" in request.headers.get("Accept", ""):
+        response = JsonResponse({"error": MESSAGE, "code": "database_unavailable"}, status=503)
+    else:
+        response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    response["Cache-Control"] = "no-store"
+    return response

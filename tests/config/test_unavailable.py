@@ -13,6 +13,7 @@ import time
 
 import pytest
 from django.db import OperationalError, connection, connections
+from django.http import HttpResponse
 from django.urls import reverse
 from psycopg.errors import AdminShutdown, DeadlockDetected, SerializationFailure
 
@@ -242,6 +243,35 @@ def test_a_first_visit_to_a_study_link_cut_by_the_server_runs_again_with_the_sam
 
 
 @pytest.mark.one_backend
+@pytest.mark.urls("tests.support.session_urls")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_a_lost_connection_in_a_middlewares_own_code_runs_again_or_is_a_503_not_a_500(method, caplog):
+    """The view writes a new session and reads nothing; SessionMiddleware's save on the way out is the request's
+    first statement, on a connection the server ended. Django answers such an error with a 500 where it is
+    raised (no process_exception sees it): a GET still runs again, a POST outside the safe set gets the 503."""
+    from django.contrib.sessions.models import Session as StoredSession
+    from django.test import Client
+
+    _needs_postgresql()
+    _terminate_own_connection()
+    browser = Client(raise_request_exception=False)  # the first run's error is reported, then answered
+    with caplog.at_level(logging.WARNING, logger="config.unavailable"):
+        response = getattr(browser, method)("/touch-session/")
+    messages = [record.getMessage() for record in caplog.records if record.name == "config.unavailable"]
+    if method == "get":
+        assert (response.status_code, response.content) == (200, b"touched"), response.content
+        assert messages == ["database connection lost: the request runs again"]
+        assert StoredSession.objects.count() == 1
+    else:
+        assert response.status_code == 503 and response["Retry-After"] == "5", response.content
+        assert b"nothing was stored" in response.content
+        assert messages == ["database unavailable: answered 503"]
+        connection.close()  # what Django does after a failed request (the test client skips it)
+        assert StoredSession.objects.count() == 0
+
+
+@pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
 def test_a_post_outside_the_safe_set_is_a_503_and_stores_nothing(client, batch):
     _needs_postgresql()
@@ -361,7 +391,9 @@ def test_the_safe_set(rf):
 def test_a_body_larger_than_the_api_takes_is_not_read_ahead_and_not_run_again(rf):
     request = rf.post("/api/annotator/tok/click", data="x" * 20_000, content_type="application/json")
     seen = []
-    DatabaseRetryMiddleware(lambda request: seen.append(getattr(request, "_database_retry", None)))(request)
+    DatabaseRetryMiddleware(
+        lambda request: seen.append(getattr(request, "_database_retry", None)) or HttpResponse("inner")
+    )(request)
     assert seen == [None] and not hasattr(request, "_body")
     assert unavailable.MAX_BODY_BYTES == parsers.MAX_BODY_BYTES
 
