@@ -21,7 +21,9 @@ WORKERS = 3
 
 def _gunicorn(port: int, *extra: str) -> subprocess.Popen:
     # the configuration loads the project's settings (its logging); the test application needs no database
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "CELERY_BROKER_URL")
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", str(PROJECT_ROOT / "config" / "gunicorn.py"),
          "tests.support.pid_app:application", "--bind", f"127.0.0.1:{port}", "--worker-class", "gthread",
