@@ -217,7 +217,6 @@ class ClickView(AnnotatorView):
         except TokenInvalid as exc:
             raise Http404(str(exc)) from None
         data = self.input(contract.ClickIn)
-        attached = data.pop("next_presentation", None)
         try:
             receipt = click_ingest(session_id=session_id, **data)
         except ClickRefused as exc:
@@ -232,8 +231,11 @@ class ClickView(AnnotatorView):
             "position": receipt.position,
             "missing": receipt.missing_positions,
         }
-        if attached is not None:
-            body["next_presentation"] = trial_presented_attached(session_id=session_id, **attached)
+        attached = data.get("next_presentation")
+        if attached is not None:  # recorded by the click's statement, else on its own
+            body["next_presentation"] = receipt.next_presentation or trial_presented_attached(
+                session_id=session_id, **attached
+            )
         return Response(body, status=status.HTTP_201_CREATED if receipt.created else status.HTTP_200_OK)
 
 

@@ -183,7 +183,6 @@ def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
     fields = click_input(data)
     if fields is None:
         return None
-    attached = fields.pop("next_presentation", None)
     receipt = click_ingest(session_id=session_id, **fields)
     body = {
         "ok": True,
@@ -191,8 +190,11 @@ def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
         "position": receipt.position,
         "missing": receipt.missing_positions,
     }
-    if attached is not None:
-        body["next_presentation"] = trial_presented_attached(session_id=session_id, **attached)
+    attached = fields.get("next_presentation")
+    if attached is not None:  # recorded by the click's statement, else on its own
+        body["next_presentation"] = receipt.next_presentation or trial_presented_attached(
+            session_id=session_id, **attached
+        )
     return (201 if receipt.created else 200), body
 
 

@@ -205,6 +205,47 @@ def _record_new_presentation(*, session_id: int, position: int, key: str) -> tup
     return (row[0], row[1]) if row else None
 
 
+def presentation_append_sql(*, key: str, at: str) -> tuple[str, str, str]:
+    """PostgreSQL: the parts of an UPDATE of trial ``t`` (the alias) that appends the presentation whose id
+    and time are the named parameters ``key`` and ``at``, as the locked path appends it: (SET clause, the
+    row's own conditions: fewer than MAX_PRESENTATIONS (parameter ``most``) and ``key`` not there yet,
+    RETURNING list: the trial's id and its presentations now). The session's conditions and the trial's
+    click are the caller's. Shared by ``_record_new_presentation`` and the click statement that carries the
+    next trial's report (``services.sessions``)."""
+    trial = Trial._meta
+    quote = connection.ops.quote_name
+
+    def col(name: str) -> str:
+        return quote(trial.get_field(name).column)
+
+    shown = f"COALESCE(t.{col('presentations')}, '[]'::jsonb)"
+    flags = f"COALESCE(t.{col('flags')}, '[]'::jsonb)"
+    replay = json.dumps([REPLAY_FLAG])
+    assignments = (
+        f"{col('presentations')} = {shown} || jsonb_build_array(jsonb_build_object("
+        f"'id', %({key})s::text, 'at', %({at})s::text)), "
+        f"{col('flags')} = CASE WHEN jsonb_array_length({shown}) >= 1 AND NOT {flags} @> '{replay}'::jsonb "
+        f"THEN (SELECT jsonb_agg(flag ORDER BY flag COLLATE \"C\") FROM (SELECT DISTINCT "
+        f"jsonb_array_elements_text({flags} || '{replay}'::jsonb) AS flag) AS merged) "
+        f"ELSE t.{col('flags')} END"
+    )  # fmt: skip
+    conditions = (
+        f"jsonb_array_length({shown}) < %(most)s "
+        f"AND NOT {shown} @> jsonb_build_array(jsonb_build_object('id', %({key})s::text))"
+    )
+    returning = f"t.{col('id')}, jsonb_array_length(t.{col('presentations')})"
+    return assignments, conditions, returning
+
+
+def presented_answer(*, session_id: int, trial_id: int, position: int, shown: int) -> dict:
+    """The ``next_presentation`` answer of a showing recorded with ``shown`` presentations now (the click
+    statement's, as ``trial_presented_attached`` would give it)."""
+    return {
+        "ok": True,
+        **_presented(session_id=session_id, trial_id=trial_id, position=position, shown=shown),
+    }
+
+
 @functools.cache
 def _new_presentation_sql() -> str:
     """The statement of ``_record_new_presentation`` (PostgreSQL), built once from the models' metadata."""
@@ -214,23 +255,14 @@ def _new_presentation_sql() -> str:
     def col(meta, name: str) -> str:
         return quote(meta.get_field(name).column)
 
-    shown = f"COALESCE(t.{col(trial, 'presentations')}, '[]'::jsonb)"
-    flags = f"COALESCE(t.{col(trial, 'flags')}, '[]'::jsonb)"
-    replay = json.dumps([REPLAY_FLAG])
+    assignments, conditions, returning = presentation_append_sql(key="key", at="at")
     return (
-        f"UPDATE {quote(trial.db_table)} AS t SET "
-        f"{col(trial, 'presentations')} = {shown} || jsonb_build_array(jsonb_build_object("
-        f"'id', %(key)s::text, 'at', %(at)s::text)), "
-        f"{col(trial, 'flags')} = CASE WHEN jsonb_array_length({shown}) >= 1 AND NOT {flags} @> '{replay}'::jsonb "
-        f"THEN (SELECT jsonb_agg(flag ORDER BY flag COLLATE \"C\") FROM (SELECT DISTINCT "
-        f"jsonb_array_elements_text({flags} || '{replay}'::jsonb) AS flag) AS merged) "
-        f"ELSE t.{col(trial, 'flags')} END "
+        f"UPDATE {quote(trial.db_table)} AS t SET {assignments} "
         f"FROM {quote(session.db_table)} AS s "
         f"WHERE t.{col(trial, 'session')} = %(session)s AND t.{col(trial, 'position')} = %(position)s "
         f"AND s.{col(session, 'id')} = t.{col(trial, 'session')} "
         f"AND s.{col(session, 'status')} NOT IN (%(finished)s, %(expired)s) AND s.{col(session, 'expires_at')} > %(now)s "
         f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} AS c WHERE c.{col(click, 'trial')} = t.{col(trial, 'id')}) "
-        f"AND jsonb_array_length({shown}) < %(most)s "
-        f"AND NOT {shown} @> jsonb_build_array(jsonb_build_object('id', %(key)s::text)) "
-        f"RETURNING t.{col(trial, 'id')}, jsonb_array_length(t.{col(trial, 'presentations')})"
+        f"AND {conditions} "
+        f"RETURNING {returning}"
     )  # fmt: skip

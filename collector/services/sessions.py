@@ -10,6 +10,7 @@ holds every click, makes the completion code and enqueues validation after commi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -27,7 +28,13 @@ from collector.models import Click, DisplayMode, Round, Session, Study, Trial, W
 from collector.services.codes import completion_code_make
 from collector.services.outbox import task_intent_add
 from collector.services.prepared import prepared_cursor
-from collector.services.presentations import REPLAY_FLAG, trial_server_flags
+from collector.services.presentations import (
+    MAX_PRESENTATIONS,
+    REPLAY_FLAG,
+    presentation_append_sql,
+    presented_answer,
+    trial_server_flags,
+)
 from collector.services.qualification import (
     not_qualified_message,
     qualification_required,
@@ -360,6 +367,8 @@ class ClickReceipt:
     position: int
     created: bool
     missing_positions: list[int]
+    #: the answer for the next trial's report the click carried, when the click's statement recorded it
+    next_presentation: dict | None = None
 
 
 #: What the click path reads of a session's trials, the session and its study: the fields ``click_ingest``,
@@ -496,7 +505,7 @@ def _session_from_rows(
 
 
 @functools.cache
-def _click_in_one_statement_sql() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def _click_in_one_statement_sql(carry: bool = False) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """PostgreSQL: the statement of ``_click_in_one_statement`` and the attnames of the click and trial
     fields it writes, in the order of its parameters (built once from the models' metadata).
 
@@ -512,7 +521,15 @@ def _click_in_one_statement_sql() -> tuple[str, tuple[str, ...], tuple[str, ...]
     nothing here and is decided in Python on those rows, exactly as before.
 
     The conditions are tested on ``base``'s few rows, not on the tables: a condition on the session table's
-    status and expiry let the generic plan scan the (status, expires_at) index over every running session."""
+    status and expiry let the generic plan scan the (status, expires_at) index over every running session.
+
+    ``carry``: the click also carries the report of the trial at ``n_position`` (the player's
+    ``next_presentation``, id ``n_key`` shown at ``n_at``): ``nxt`` appends it, under the conditions of
+    ``services.presentations._record_new_presentation`` (the session neither finished nor expired, the
+    trial without a click, the id not there yet, fewer than ``most``; tested on ``base``'s rows, the trial's
+    own on the row), whatever becomes of the click, and never on the clicked trial itself; each row answered
+    then ends with the recorded trial's id and its presentations now (NULL, NULL when ``nxt`` changed
+    nothing: the caller decides as ``trial_presented_attached`` does)."""
     quote = connection.ops.quote_name
     trial, click = Trial._meta, Click._meta
     read, columns = _hot_query()
@@ -566,22 +583,41 @@ def _click_in_one_statement_sql() -> tuple[str, tuple[str, ...], tuple[str, ...]
         f"RETURNING {col(click, 'id')} AS id, {col(click, 'trial')} AS trial_id), "
         f"upd AS (UPDATE {quote(trial.db_table)} tt SET {', '.join(assignments)} FROM ins "
         f"JOIN hit ON hit.id = ins.trial_id WHERE tt.{col(trial, 'id')} = ins.trial_id) "
-        f"SELECT b.*, (SELECT id FROM ins) FROM base b ORDER BY {base('trial', 'position')}"
     )
+    carried = ""
+    if carry:
+        set_shown, shown_ok, shown_now = presentation_append_sql(key="n_key", at="n_at")
+        sql += (
+            f", nxt (id, shown) AS (UPDATE {quote(trial.db_table)} AS t SET {set_shown} FROM base b "
+            f"WHERE t.{col(trial, 'id')} = {base('trial', 'id')} AND {base('trial', 'position')} = %(n_position)s "
+            f"AND %(n_position)s <> %(position)s AND {base('click', 'id')} IS NULL "
+            f"AND {base('session', 'status')} NOT IN (%(finished)s, %(expired)s) "
+            f"AND {base('session', 'expires_at')} > %(now)s AND {shown_ok} RETURNING {shown_now}) "
+        )  # fmt: skip
+        carried = ", (SELECT id FROM nxt), (SELECT shown FROM nxt)"
+    sql += f"SELECT b.*, (SELECT id FROM ins){carried} FROM base b ORDER BY {base('trial', 'position')}"
     return sql, tuple(field.attname for field in click_fields if field.attname != "trial_id"), trial_written
 
 
 def _click_in_one_statement(
-    *, session_id: int, position: int, now: datetime, click_values: dict, trial_fields: dict
-) -> tuple[list, int | None]:
+    *,
+    session_id: int,
+    position: int,
+    now: datetime,
+    click_values: dict,
+    trial_fields: dict,
+    carried: tuple[int, str] | None = None,
+) -> tuple[list, int | None, tuple[int, int] | None]:
     """PostgreSQL, the common click in one round trip: the hot read's rows (as ``_session_trials`` reads
     them, before this click) and the id of the click inserted with its trial's fields, or None when the
     common case does not hold or the insert conflicted (nothing written: the caller decides on the rows).
 
     ``click_values``: the Click's fields by attname (not its trial, id or defaults; ``received_at`` too, as
     ``auto_now_add`` is not applied here); ``trial_fields``: as
-    ``_insert_click``'s, with ``flags`` the client's (sorted, de-duplicated) — ``replayed`` is added here."""
-    sql, click_names, trial_names = _click_in_one_statement_sql()
+    ``_insert_click``'s, with ``flags`` the client's (sorted, de-duplicated) — ``replayed`` is added here.
+    ``carried``: (position, presentation id) of the next trial's report the click carries; the third value
+    returned is then (its trial's id, its presentations now) when the statement recorded it, else None."""
+    sql, click_names, trial_names = _click_in_one_statement_sql(carried is not None)
     if set(trial_fields) != {*trial_names, "flags"}:  # the statement writes what the Python path writes
         raise ValueError(f"trial_fields {sorted(trial_fields)} must be {sorted({*trial_names, 'flags'})}")
     meta, trial_meta = Click._meta, Trial._meta
@@ -603,12 +639,24 @@ def _click_in_one_statement(
     params["t_flags"] = flags.get_db_prep_save(trial_fields["flags"], connection)
     replayed = sorted(set(trial_fields["flags"]) | {REPLAY_FLAG})
     params["t_flags_replayed"] = flags.get_db_prep_save(replayed, connection)
+    if carried is not None:
+        params.update(
+            n_position=carried[0],
+            n_key=carried[1],
+            n_at=now.isoformat(),
+            finished=Session.Status.FINISHED.value,
+            expired=Session.Status.EXPIRED.value,
+            most=MAX_PRESENTATIONS,
+        )
     with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not rows:
-        return [], None
-    return [row[:-1] for row in rows], rows[0][-1]
+        return [], None, None
+    if carried is None:
+        return [row[:-1] for row in rows], rows[0][-1], None
+    recorded = (rows[0][-2], rows[0][-1]) if rows[0][-2] is not None else None
+    return [row[:-3] for row in rows], rows[0][-3], recorded
 
 
 def _check_click_timing(*, trial: Trial, study: Study, event_timestamp_ms, onsets: dict, now) -> None:
@@ -704,6 +752,7 @@ def click_ingest(  # noqa: C901
     blocked_clicks: int = 0,
     flags: list[str] | None = None,
     refresh_hz: float | None = None,
+    next_presentation: dict | None = None,
 ) -> ClickReceipt:
     """Store the one click of the trial at ``position`` of session ``session_id``.
 
@@ -725,6 +774,11 @@ def click_ingest(  # noqa: C901
     click and update its trial (``_click_in_one_statement``); a retry is the same statement, inserting
     nothing. Every other case, and SQLite, is decided in Python on the rows read, and a click still due is
     inserted by ``_insert_click`` (one more statement).
+
+    ``next_presentation`` ({"position", "presentation_id"}, the next trial's report the click carries): on
+    PostgreSQL's common path the same statement records it (``_click_in_one_statement_sql``), and the receipt's
+    ``next_presentation`` holds the answer; otherwise that is None and the caller records it
+    (``services.presentations.trial_presented_attached``).
 
     Raises ClickRefused (``reason``: session_closed, session_expired, no_trial, trial_done, key_reused,
     click_too_early, click_before_phase_d, invalid) and Session.DoesNotExist.
@@ -776,7 +830,10 @@ def click_ingest(  # noqa: C901
         and not _before_phase_d(values["event_timestamp_ms"], onsets)
     ):
         # The common case in one round trip; anything else is decided below on the rows it read.
-        rows, click_id = _click_in_one_statement(
+        carried = None
+        if next_presentation is not None and next_presentation["position"] != position:
+            carried = (next_presentation["position"], next_presentation["presentation_id"])
+        rows, click_id, recorded = _click_in_one_statement(
             session_id=session_id,
             position=position,
             now=now,
@@ -785,12 +842,19 @@ def click_ingest(  # noqa: C901
                 **_trial_fields(onsets, scheduled, wait, blocked, refresh),
                 "flags": sorted(set(clean_flags)),
             },
+            carried=carried,
         )
         if click_id is not None:
             trials = _trial_rows(rows)
             trial_id = next(t.pk for t in trials if t.position == position)
             _log_recorded(session_id, trial_id, position, click_id)
-            return _receipt(click_id, trial_id, position, trials, created=True)
+            receipt = _receipt(click_id, trial_id, position, trials, created=True)
+            if carried is not None and recorded is not None:
+                shown = presented_answer(
+                    session_id=session_id, trial_id=recorded[0], position=carried[0], shown=recorded[1]
+                )
+                receipt = dataclasses.replace(receipt, next_presentation=shown)
+            return receipt
         session, trials, trial = _session_from_rows(session_id, position, rows)
     else:
         session, trials, trial = _session_trials(session_id, position)

@@ -213,12 +213,18 @@ def test_a_click_carries_the_next_trials_report_which_counts_once_however_often_
 ):
     """The player reports trial 1 on trial 0's click; the click's retry, and the player's own report with the
     same id (sent when the click's answer was late), are that same showing; trial 1 is then clicked clean."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     settings.CLICK_FAST_PATH = fast_path
     present_trials(session, positions=[0])
     carried = {"position": 1, "presentation_id": "next-1"}
-    status, body = _click_carrying(session, 0, "c-0", carried)
+    with CaptureQueriesContext(connection) as statements:
+        status, body = _click_carrying(session, 0, "c-0", carried)
     assert status == 201 and body["created"] is True
     assert body["next_presentation"] == {"ok": True, "position": 1, "presentations": 1, "replayed": False}
+    if connection.vendor == "postgresql":  # the click's one statement records the carried report too
+        assert len(statements.captured_queries) == 1, [q["sql"][:80] for q in statements.captured_queries]
     status, body = _click_carrying(session, 0, "c-0", carried)  # the network retry of the same click
     assert (status, body["created"], body["next_presentation"]["presentations"]) == (200, False, 1)
     assert _post(session, carried) == (
@@ -232,6 +238,13 @@ def test_a_click_carries_the_next_trials_report_which_counts_once_however_often_
     assert status == 201 and "next_presentation" not in body
     clicked = Trial.objects.get(session=session, position=1)
     assert clicked.flags == [], "a carried report is a report: the click is not flagged not_presented"
+    # a carried report of a trial shown before (a reload) is a replay, as on its own
+    present_trials(session, positions=[2, 3])
+    Trial.objects.filter(session=session, position=2).update(flags=["tab_hidden"])
+    status, body = _click_carrying(session, 3, "c-3", {"position": 2, "presentation_id": "again-2"})
+    assert status == 201, body
+    assert body["next_presentation"] == {"ok": True, "position": 2, "presentations": 2, "replayed": True}
+    assert Trial.objects.get(session=session, position=2).flags == ["replayed", "tab_hidden"]
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "drf-view"])
