@@ -26,11 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.models import Session
-from collector.services.presentations import (
-    PresentationRefused,
-    trial_presented_attached,
-    trial_presented_record,
-)
+from collector.services.presentations import PresentationRefused, trial_presented_record
 from collector.services.sessions import (
     ClickRefused,
     SessionFinishRefused,
@@ -43,7 +39,7 @@ from collector.services.tokens import TokenInvalid, session_token_read
 
 from . import serializers as contract
 from .parsers import AnnotatorJSONParser, BodyRefused
-from .payloads import finish_payload, session_payload
+from .payloads import click_answer, finish_payload, session_payload
 from .views import session_from_token, session_id_from_token
 
 TOKEN_PARAMETER = OpenApiParameter(
@@ -225,17 +221,7 @@ class ClickView(AnnotatorView):
             ) from None
         except Session.DoesNotExist:
             raise Http404(_("session not found.")) from None
-        body = {
-            "ok": True,
-            "created": receipt.created,
-            "position": receipt.position,
-            "missing": receipt.missing_positions,
-        }
-        attached = data.get("next_presentation")
-        if attached is not None:  # recorded by the click's statement, else on its own
-            body["next_presentation"] = receipt.next_presentation or trial_presented_attached(
-                session_id=session_id, **attached
-            )
+        body = click_answer(receipt, session_id=session_id, carried=data.get("next_presentation"))
         return Response(body, status=status.HTTP_201_CREATED if receipt.created else status.HTTP_200_OK)
 
 

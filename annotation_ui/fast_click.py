@@ -36,15 +36,12 @@ from django.utils.cache import patch_vary_headers
 from rest_framework.renderers import JSONRenderer
 
 from collector.models import Session
-from collector.services.presentations import (
-    PresentationRefused,
-    trial_presented_attached,
-    trial_presented_record,
-)
+from collector.services.presentations import PresentationRefused, trial_presented_record
 from collector.services.sessions import ClickRefused, click_ingest
 from collector.services.tokens import TokenInvalid, session_token_read
 
 from .parsers import MAX_BODY_BYTES, BodyRefused, parse_body
+from .payloads import click_answer
 from .serializers import FLAG_PATTERN, MAX_COORDINATE_PX, MAX_POSITION, MAX_TIMESTAMP_MS, TOKEN_PATTERN
 
 logger = logging.getLogger(__name__)
@@ -184,17 +181,7 @@ def _click(session_id: int, data: dict) -> tuple[int, dict] | None:
     if fields is None:
         return None
     receipt = click_ingest(session_id=session_id, **fields)
-    body = {
-        "ok": True,
-        "created": receipt.created,
-        "position": receipt.position,
-        "missing": receipt.missing_positions,
-    }
-    attached = fields.get("next_presentation")
-    if attached is not None:  # recorded by the click's statement, else on its own
-        body["next_presentation"] = receipt.next_presentation or trial_presented_attached(
-            session_id=session_id, **attached
-        )
+    body = click_answer(receipt, session_id=session_id, carried=fields.get("next_presentation"))
     return (201 if receipt.created else 200), body
 
 

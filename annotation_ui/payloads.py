@@ -13,7 +13,24 @@ from django.utils.translation import gettext as _
 
 from collector.models import DisplayMode, Session, Study, Target
 from collector.platforms import get_adapter
+from collector.services.presentations import trial_presented_attached
 from collector.services.stimuli import target_stimuli_ensure
+
+
+def click_answer(receipt, *, session_id: int, carried: dict | None) -> dict:
+    """The click endpoint's body (the DRF view's and the fast path's): the stored click, and how the next
+    trial's report it ``carried`` was recorded (by the click's statement, else here, on its own)."""
+    body = {
+        "ok": True,
+        "created": receipt.created,
+        "position": receipt.position,
+        "missing": receipt.missing_positions,
+    }
+    if carried is not None:
+        body["next_presentation"] = receipt.next_presentation or trial_presented_attached(
+            session_id=session_id, **carried
+        )
+    return body
 
 
 def study_timing(study: Study) -> dict:

@@ -13,15 +13,14 @@ that flag would also share its port with another server started on it by mistake
 start when something already listens on the address.
 """
 
-import errno
 import os
-import socket
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `config` importable whatever the cwd
 
 from config.log_format import logging_config  # noqa: E402  (after the path is set)
+from config.ports import port_in_use  # noqa: E402
 
 logconfig_dict = logging_config(
     os.environ.get("LOG_FORMAT", "text").lower(), level=os.environ.get("LOG_LEVEL", "INFO"), gunicorn=True
@@ -42,17 +41,8 @@ def on_starting(server) -> None:
         if not isinstance(address, tuple):  # a UNIX socket: gunicorn's own bind checks it
             continue
         host, port = address[0], address[1]
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            # SO_REUSEADDR (as gunicorn's own sockets): connections of an earlier run in TIME_WAIT do not count,
-            # only a socket listening there now does
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((host, port))
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-                sys.exit(
-                    f"gunicorn: {host}:{port} is already in use by another server; stop it (or choose another "
-                    "address with --bind / PORT) and start again."
-                )
+        if port_in_use(host=host, port=port):
+            sys.exit(
+                f"gunicorn: {host}:{port} is already in use by another server (or a port this user may not "
+                "bind); stop that server, or choose another address with --bind / PORT, and start again."
+            )

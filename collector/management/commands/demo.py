@@ -13,7 +13,6 @@ never reach annotators and the researcher area needs the login). A port already 
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import signal
@@ -34,6 +33,7 @@ from collector.models import Study
 from collector.services.datasets import dataset_import
 from collector.services.studies import study_create, study_publish
 from collector.services.tokens import study_link_token_make
+from config import ports
 
 DEMO_STUDY_NAME = "Demo study (Object CutOut)"
 DEMO_USER = "researcher"
@@ -44,16 +44,10 @@ SERVER_START_TIMEOUT_S = 120.0
 
 def port_in_use(*, host: str, port: int) -> bool:
     """True when ``host:port`` cannot be bound now (the way runserver binds it: SO_REUSEADDR set)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
-            raise CommandError(f"cannot serve on {host}:{port}: {exc.strerror}. Check HOST={host}.") from None
-    return False
+    try:
+        return ports.port_in_use(host=host, port=port)
+    except OSError as exc:
+        raise CommandError(f"cannot serve on {host}:{port}: {exc.strerror}. Check HOST={host}.") from None
 
 
 def lan_address() -> str:
