@@ -830,8 +830,8 @@ def click_ingest(  # noqa: C901
         and not _before_phase_d(values["event_timestamp_ms"], onsets)
     ):
         # The common case in one round trip; anything else is decided below on the rows it read.
-        carried = None
-        if next_presentation is not None and next_presentation["position"] != position:
+        carried = None  # the statement never records it on the clicked trial itself
+        if next_presentation is not None:
             carried = (next_presentation["position"], next_presentation["presentation_id"])
         rows, click_id, recorded = _click_in_one_statement(
             session_id=session_id,
