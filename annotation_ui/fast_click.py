@@ -1,6 +1,8 @@
-"""The click and presented endpoints' common case, answered before the rest of the middleware and DRF.
+"""The click, presented and finish endpoints' common case, answered before the rest of the middleware and DRF.
 
-Clicks and presented reports (one of each per trial) are most of the annotator API's traffic. Profiled under
+Clicks and presented reports (one of each per trial) are most of the annotator API's traffic; a finish comes
+once a batch, and cost as much web time as the batch's ten clicks until it too came this way (see
+``session_finish``). Profiled under
 load (py-spy, gunicorn gthread workers, wrk sending clicks), the middleware after WhiteNoise and DRF's dispatch
 (request wrapping, content negotiation, the ClickIn serializer) held about 40% of the web process's Python time
 per click, the click's own work (``click_ingest``) about 30%.
@@ -8,11 +10,11 @@ per click, the click's own work (``click_ingest``) about 30%.
 ``ClickFastPathMiddleware`` sits in MIDDLEWARE right after SecurityMiddleware, WhiteNoise and the database
 retry (``config.unavailable.DatabaseRetryMiddleware``, which wraps it), so the SSL redirect, the host check
 and the security headers still come from Django. For ``POST /api/annotator/<token>/click`` (and
-``/presented``) it parses the body with the API's own parser
+``/presented``, ``/finish``) it parses the body with the API's own parser
 (``parsers.parse_body``), checks it with ``click_input`` (``presented_input``): plain Python that accepts only
 what the ClickIn (PresentedIn) serializer accepts and gives the same values, else None; reads the token and runs
-``click_ingest`` (``trial_presented_record``), the service the DRF view calls. A stored click or a retry of one
-(201/200), a recorded presentation (200), is answered here with the DRF view's body and headers. Everything
+``click_ingest`` (``trial_presented_record``, ``session_finish``), the service the DRF view calls. A stored
+click or a retry of one (201/200), a recorded presentation (200), a finished session (200), is answered here with the DRF view's body and headers. Everything
 else (a bad token, input the plain check does not take, a 409 refusal, a database error) goes down the normal
 path with the body it read, which answers it as before: a refusal is decided before anything is written, and
 both writes are idempotent (a click's key, a presentation's id), so the second pass gives the normal answer.
@@ -37,18 +39,18 @@ from rest_framework.renderers import JSONRenderer
 
 from collector.models import Session
 from collector.services.presentations import PresentationRefused, trial_presented_record
-from collector.services.sessions import ClickRefused, click_ingest
+from collector.services.sessions import ClickRefused, SessionFinishRefused, click_ingest, session_finish
 from collector.services.tokens import TokenInvalid, session_token_read
 
 from .parsers import MAX_BODY_BYTES, BodyRefused, parse_body
-from .payloads import click_answer
+from .payloads import click_answer, finish_payload
 from .serializers import FLAG_PATTERN, MAX_COORDINATE_PX, MAX_POSITION, MAX_TIMESTAMP_MS, TOKEN_PATTERN
 
 logger = logging.getLogger(__name__)
 #: What the normal path answers as a 4xx or a 503: the fast path hands these over without a word.
-_EXPECTED = (BodyRefused, TokenInvalid, ClickRefused, PresentationRefused, ValueError, Session.DoesNotExist,
-             DatabaseError)  # fmt: skip
-FAST_PATH = re.compile(r"/api/annotator/(?P<token>[^/]+)/(?P<endpoint>click|presented)")
+_EXPECTED = (BodyRefused, TokenInvalid, ClickRefused, PresentationRefused, SessionFinishRefused, ValueError,
+             Session.DoesNotExist, DatabaseError)  # fmt: skip
+FAST_PATH = re.compile(r"/api/annotator/(?P<token>[^/]+)/(?P<endpoint>click|presented|finish)")
 # the serializers' own patterns, used with fullmatch (their "$" would also take a trailing line feed, which
 # the StrictString check refuses anyway)
 _KEY = re.compile(TOKEN_PATTERN.removeprefix("^").removesuffix("$"))
@@ -192,7 +194,13 @@ def _presented(session_id: int, data: dict) -> tuple[int, dict] | None:
     return 200, {"ok": True, **trial_presented_record(session_id=session_id, **fields)}
 
 
-_ENDPOINTS = {"click": _click, "presented": _presented}
+def _finish(session_id: int, data) -> tuple[int, dict] | None:
+    if type(data) is not dict:  # FinishIn takes any object (it has no fields), nothing else
+        return None
+    return 200, {"ok": True, "finish": finish_payload(session_finish(session_id=session_id))}
+
+
+_ENDPOINTS = {"click": _click, "presented": _presented, "finish": _finish}
 
 
 class ClickFastPathMiddleware:

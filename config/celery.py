@@ -6,7 +6,7 @@ import os
 import pkgutil
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -41,3 +41,27 @@ def _django_logging(**kwargs) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+#: Celery's Django fix-up closes every database connection before and after each task unless this is set (to
+#: the number of tasks between closes; it counts the prerun and the postrun). Closing cost each validation a
+#: new PostgreSQL connection, about a tenth of its time in the load suite, and the prepared statements with
+#: it. A connection is now kept as a web request keeps it (CONN_MAX_AGE, the health check), by
+#: ``_database_hygiene``, and the fix-up closes it only after this many tasks.
+DB_REUSE_MAX = 500
+app.conf.update(CELERY_DB_REUSE_MAX=DB_REUSE_MAX)
+
+
+@task_prerun.connect
+def _database_hygiene(task=None, **kwargs) -> None:
+    """Before each task, what Django does before each request: drop a connection that had an error, is older
+    than CONN_MAX_AGE or not in autocommit, and check the kept one's health on its first use (a PostgreSQL
+    restart between two tasks then costs a reconnect, not a failed task). Not for eager tasks: they run in
+    the caller's process, maybe inside its transaction."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()

@@ -18,16 +18,18 @@ decision before applying it).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from collector.models import TaskIntent
+from collector.services.prepared import prepared_cursor
 from config.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
@@ -52,8 +54,40 @@ def task_intent_add(*, name: str, args: list) -> TaskIntent:
     """Record that task ``name`` must run with ``args`` (JSON: ids), in the current transaction; publish it
     right after the commit. Never raises for broker trouble."""
     intent = TaskIntent.objects.create(task_name=name, args=list(args))
-    transaction.on_commit(lambda: task_intent_send_now(intent_id=intent.pk, name=name, args=list(args)))
+    task_intent_send_after_commit(intent_id=intent.pk, name=name, args=args)
     return intent
+
+
+def task_intent_send_after_commit(*, intent_id: int, name: str, args: list) -> None:
+    """The second half of ``task_intent_add``, for an intent a statement of the caller's inserted (see
+    ``task_intent_insert_sql``): publish it once the current transaction commits (at once in autocommit)."""
+    args = list(args)
+    transaction.on_commit(lambda: task_intent_send_now(intent_id=intent_id, name=name, args=args))
+
+
+def task_intent_insert_sql(*, source: str) -> str:
+    """PostgreSQL: an ``INSERT ... SELECT ... FROM source RETURNING id`` of one intent per row of ``source``
+    (a CTE of the caller's statement), with the parameters of ``task_intent_insert_params``: the row
+    ``task_intent_add`` would create, inside a statement that changes the state the task is for."""
+    quote = connection.ops.quote_name
+    meta = TaskIntent._meta
+
+    def col(name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    return (
+        f"INSERT INTO {quote(meta.db_table)} ({col('task_name')}, {col('args')}, {col('created_at')}, "
+        f"{col('sent_at')}, {col('attempts')}, {col('last_error')}) "
+        f"SELECT %(i_name)s, %(i_args)s, %(i_now)s, NULL, 0, '' FROM {source} RETURNING {col('id')}"
+    )
+
+
+def task_intent_insert_params(*, name: str, args: list, now) -> dict:
+    return {
+        "i_name": name,
+        "i_args": TaskIntent._meta.get_field("args").get_db_prep_save(list(args), connection),
+        "i_now": now,
+    }
 
 
 def task_intent_send_now(*, intent_id: int, name: str, args: list) -> bool:
@@ -71,10 +105,21 @@ def task_intent_send_now(*, intent_id: int, name: str, args: list) -> bool:
             logger.exception("could not record the failed send of task intent %s", intent_id)
         return False
     try:
-        TaskIntent.objects.filter(pk=intent_id, sent_at__isnull=True).update(sent_at=timezone.now())
+        with prepared_cursor() as cursor:
+            cursor.execute(_mark_sent_sql(), [timezone.now(), intent_id])
     except Exception:  # sent but not marked: the relay sends it again, which is harmless (idempotent tasks)
         logger.exception("task intent %s sent but not marked sent", intent_id)
     return True
+
+
+@functools.cache
+def _mark_sent_sql() -> str:
+    """The fast path's ``UPDATE ... SET sent_at`` (the ORM's update compiled once: this runs once per finished
+    batch, in the request)."""
+    quote = connection.ops.quote_name
+    meta = TaskIntent._meta
+    sent_at, pk = quote(meta.get_field("sent_at").column), quote(meta.pk.column)
+    return f"UPDATE {quote(meta.db_table)} SET {sent_at} = %s WHERE {pk} = %s AND {sent_at} IS NULL"
 
 
 def task_intents_pending(*, older_than_s: float = 0.0) -> int:

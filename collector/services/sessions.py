@@ -24,9 +24,14 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from collector.models import Click, DisplayMode, Round, Session, Study, Trial, Worker
+from collector.models import Click, DisplayMode, Round, Session, Study, TaskIntent, Trial, Worker
 from collector.services.codes import completion_code_make
-from collector.services.outbox import task_intent_add
+from collector.services.outbox import (
+    task_intent_add,
+    task_intent_insert_params,
+    task_intent_insert_sql,
+    task_intent_send_after_commit,
+)
 from collector.services.prepared import prepared_cursor
 from collector.services.presentations import (
     MAX_PRESENTATIONS,
@@ -1029,7 +1034,14 @@ def session_finish(*, session_id: int) -> Session:
 
     Raises SessionFinishRefused (with ``missing_positions``) while clicks are missing, or (without them)
     when the session expired.
+
+    PostgreSQL, the common case (a started session holding every click): ``_finish_prepared``, two prepared
+    statements and no transaction block; every other case (a retry, a refusal) is decided below.
     """
+    if connection.vendor == "postgresql":
+        finished = _finish_prepared(session_id=session_id)
+        if finished is not None:
+            return finished
     with transaction.atomic():
         # the study joined (not locked): the finish step's payload needs its platform
         session = (
@@ -1072,3 +1084,94 @@ def session_finish(*, session_id: int) -> Session:
         task_intent_add(name=task_names.VALIDATION_VALIDATE_SESSION, args=[session_id])
     logger.info("session finished", extra={"session_id": session.pk, "study_id": session.study_id})
     return session
+
+
+#: What ``_finish_prepared`` reads and answers: the finish step's payload needs no more (the platform
+#: adapters' ``finish_action``); any other field of the session answered loads when asked.
+_FINISH_SESSION_FIELDS = ("id", "status", "platform_assignment_id", "platform_state", "study_id")
+_FINISH_STUDY_FIELDS = ("id", "platform", "platform_config")
+
+
+@functools.cache
+def _finish_sql() -> tuple[str, str]:
+    """PostgreSQL: the two statements of ``_finish_prepared`` (built once from the models' metadata)."""
+    quote = connection.ops.quote_name
+    session, study, trial, click = Session._meta, Study._meta, Trial._meta, Click._meta
+
+    def col(meta, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    read = (
+        f"SELECT {', '.join(f's.{col(session, name)}' for name in _FINISH_SESSION_FIELDS)}, "
+        f"{', '.join(f'st.{col(study, name)}' for name in _FINISH_STUDY_FIELDS)} "
+        f"FROM {quote(session.db_table)} s JOIN {quote(study.db_table)} st "
+        f"ON st.{col(study, 'id')} = s.{col(session, 'study')} WHERE s.{col(session, 'id')} = %(session)s"
+    )
+    missing = (
+        f"SELECT 1 FROM {quote(trial.db_table)} t WHERE t.{col(trial, 'session')} = %(session)s "
+        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} c WHERE c.{col(click, 'trial')} = t.{col(trial, 'id')})"
+    )
+    finish = (
+        f"WITH done AS (UPDATE {quote(session.db_table)} SET {col(session, 'status')} = %(finished)s, "
+        f"{col(session, 'finished_at')} = %(now)s, {col(session, 'completion_code')} = %(code)s "
+        f"WHERE {col(session, 'id')} = %(session)s AND {col(session, 'status')} = %(started)s "
+        f"AND {col(session, 'platform_assignment_id')} = %(assignment)s AND NOT EXISTS ({missing}) "
+        f"RETURNING {col(session, 'id')}), "
+        f"intent AS ({task_intent_insert_sql(source='done')}) "
+        f"SELECT (SELECT {quote(TaskIntent._meta.pk.column)} FROM intent)"
+    )  # fmt: skip
+    return read, finish
+
+
+def _finish_prepared(*, session_id: int) -> Session | None:
+    """PostgreSQL, ``session_finish``'s common case in two prepared statements: read the session and its
+    study's platform (no lock), then, with the completion code made from what was read, one statement that
+    finishes the session only if it is still started and no trial lacks its click, and inserts the
+    validation intent beside it (``task_intent_insert_sql``). The session answered carries the fields the
+    finish step's payload needs (``_FINISH_SESSION_FIELDS``, its study's ``_FINISH_STUDY_FIELDS``; the rest
+    load when asked). None when the session is missing, not started, or lacks a click: nothing was written,
+    and ``session_finish``'s locked path answers (the same session again, or its refusal)."""
+    read_sql, finish_sql = _finish_sql()
+    with prepared_cursor() as cursor:
+        cursor.execute(read_sql, {"session": session_id})
+        row = cursor.fetchone()
+        if row is None or row[_FINISH_SESSION_FIELDS.index("status")] != Session.Status.STARTED:
+            return None
+        n_session = len(_FINISH_SESSION_FIELDS)
+        read = dict(zip(_FINISH_SESSION_FIELDS, row[:n_session], strict=True))
+        study_read = dict(zip(_FINISH_STUDY_FIELDS, row[n_session:], strict=True))
+        now = timezone.now()
+        code = completion_code_make(session_id=session_id, assignment_id=read["platform_assignment_id"])
+        args = [session_id]
+        cursor.execute(
+            finish_sql,
+            {
+                "session": session_id,
+                "finished": Session.Status.FINISHED.value,
+                "started": Session.Status.STARTED.value,
+                "now": now,
+                "code": code,
+                "assignment": read["platform_assignment_id"],
+                **task_intent_insert_params(name=task_names.VALIDATION_VALIDATE_SESSION, args=args, now=now),
+            },
+        )
+        intent_id = cursor.fetchone()[0]
+    if intent_id is None:
+        return None
+    task_intent_send_after_commit(intent_id=intent_id, name=task_names.VALIDATION_VALIDATE_SESSION, args=args)
+    for values, model, name in ((read, Session, "platform_state"), (study_read, Study, "platform_config")):
+        values[name] = model._meta.get_field(name).from_db_value(values[name], None, connection)
+    session = _loaded(
+        Session,
+        {**read, "status": Session.Status.FINISHED.value, "finished_at": now, "completion_code": code},
+    )
+    session.study = _loaded(Study, study_read)
+    logger.info("session finished", extra={"session_id": session.pk, "study_id": session.study_id})
+    return session
+
+
+def _loaded(model, values: dict):
+    """An instance of ``model`` as the ORM loads one with ``only(*values)`` (``values`` by attname, as the
+    database gave them after the fields' conversion): the other fields are deferred, loaded when asked."""
+    names = [field.attname for field in model._meta.concrete_fields if field.attname in values]
+    return model.from_db(connection.alias, names, [values[name] for name in names])

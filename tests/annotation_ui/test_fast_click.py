@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from annotation_ui import serializers as contract
-from annotation_ui.api import ClickView, Presented
+from annotation_ui.api import ClickView, Finish, Presented
 from annotation_ui.fast_click import click_input, presented_input
-from collector.models import Click
+from collector.models import Click, Session
 from collector.services.sessions import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker, present_trials
@@ -168,6 +168,53 @@ def test_the_fast_path_records_presentations_exactly_as_the_view_and_leaves_refu
     assert [status for status, _body, _headers in normal] == [200, 200, 200, 409, 400, 400, 404]
     assert json.loads(normal[2][1])["replayed"] is True
     assert by_view == (4, 7)
+
+
+def _finish_exchange(study, settings, *, fast: bool) -> list:
+    """A finish with clicks missing, the finish once all are in (with a prolific code to show), its retry in
+    Russian, an empty body; then the refusals: a body that is not an object, a bad token, an expired session."""
+    settings.CLICK_FAST_PATH = fast
+    session = session_start(study=study, worker=make_worker(), device="pc", platform_assignment_id="A")
+    token = session_token_make(session_id=session.pk)
+    run = "fast" if fast else "view"
+    answers = [_post(token, {}, "finish")]
+    for position in range(3):
+        present_trials(session, positions=[position])
+        assert _post(token, {**PLAYER_CLICK, "position": position, "idempotency_key": f"{run}-f{position}",
+                             "next_presentation": None})[0] == 201  # fmt: skip
+    answers += [
+        _post(token, {"unknown": 1}, "finish", HTTP_ACCEPT_LANGUAGE="ru"),
+        _post(token, {}, "finish"),
+        _post(token, b"", "finish"),
+        _post(token, [], "finish"),
+        _post(token[:-3] + "xyz", {}, "finish"),
+    ]
+    expired = session_start(study=study, worker=make_worker(), device="pc")
+    Session.objects.filter(pk=expired.pk).update(status=Session.Status.EXPIRED)
+    answers.append(_post(session_token_make(session_id=expired.pk), {}, "finish"))
+    # the code is the session's own, and a session id may have another number of digits in the other run
+    # (the Content-Length of a message naming it); the clicks' tests compare Content-Length
+    code = Session.objects.get(pk=session.pk).completion_code
+    return [
+        (
+            status,
+            body.replace(code.encode(), b"<code>"),
+            [item for item in headers if item[0] != "Content-Length"],
+        )
+        for status, body, headers in answers
+    ]
+
+
+@pytest.mark.django_db
+def test_the_fast_path_finishes_exactly_as_the_view_and_leaves_refusals_to_it(study, settings, monkeypatch):
+    calls = _count_calls(monkeypatch, Finish)
+    normal, by_view = _both_paths(_finish_exchange, study, settings, calls)
+    assert [status for status, _body, _headers in normal] == [409, 200, 200, 200, 400, 404, 409]
+    assert json.loads(normal[0][1])["missing"] == [0, 1, 2]
+    assert json.loads(normal[1][1])["finish"]["code"] == "<code>"
+    # two finishes by the fast path; by the view the refusals and the empty body (the test client sends no
+    # content type with it, which the fast path leaves to the view)
+    assert by_view == (5, 7)
 
 
 @pytest.mark.parametrize(
