@@ -1,4 +1,5 @@
-"""The WSGI module imports, at boot, what a worker's first requests would otherwise import under load."""
+"""Booting the WSGI application (as each gunicorn worker does) imports what a worker's first finish would otherwise
+import under load, and connects nowhere."""
 
 from __future__ import annotations
 
