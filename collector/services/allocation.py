@@ -46,7 +46,7 @@ from django.utils import timezone
 
 from collector.models import Instance, Round, Session, Target, Trial, Worker
 from collector.models.sessions import Device
-from collector.services.prepared import prepared_cursor
+from collector.services.prepared import column, prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -242,25 +242,22 @@ def _take_targets_sql(device: str, with_trials: bool) -> str:
     quote = connection.ops.quote_name
     target, instance, trial, session = (model._meta for model in (Target, Instance, Trial, Session))
 
-    def col(meta, name: str) -> str:
-        return quote(meta.get_field(name).column)
-
-    target_id = col(target, "id")
-    valid, inflight = col(target, f"valid_{device}"), col(target, f"inflight_{device}")
+    target_id = column(target, "id")
+    valid, inflight = column(target, f"valid_{device}"), column(target, f"inflight_{device}")
     deficit = f"CAST(%(quota)s AS integer) - t.{valid} - t.{inflight}"
     returned = ", ".join(f"u.{quote(target.get_field(name).column)}" for name in _TAKEN_FIELDS)
     sql = (
-        f"WITH seen AS (SELECT i2.{col(instance, 'image')} AS image_id FROM {quote(trial.db_table)} tr "
-        f"JOIN {quote(session.db_table)} s ON s.{col(session, 'id')} = tr.{col(trial, 'session')} "
-        f"JOIN {quote(target.db_table)} t2 ON t2.{target_id} = tr.{col(trial, 'target')} "
-        f"JOIN {quote(instance.db_table)} i2 ON i2.{col(instance, 'id')} = t2.{col(target, 'instance')} "
-        f"WHERE s.{col(session, 'study')} = %(study)s AND s.{col(session, 'worker')} = %(worker)s), "
-        f"cand AS (SELECT DISTINCT ON (i.{col(instance, 'image')}) t.{target_id} AS id, {deficit} AS deficit "
+        f"WITH seen AS (SELECT i2.{column(instance, 'image')} AS image_id FROM {quote(trial.db_table)} tr "
+        f"JOIN {quote(session.db_table)} s ON s.{column(session, 'id')} = tr.{column(trial, 'session')} "
+        f"JOIN {quote(target.db_table)} t2 ON t2.{target_id} = tr.{column(trial, 'target')} "
+        f"JOIN {quote(instance.db_table)} i2 ON i2.{column(instance, 'id')} = t2.{column(target, 'instance')} "
+        f"WHERE s.{column(session, 'study')} = %(study)s AND s.{column(session, 'worker')} = %(worker)s), "
+        f"cand AS (SELECT DISTINCT ON (i.{column(instance, 'image')}) t.{target_id} AS id, {deficit} AS deficit "
         f"FROM {quote(target.db_table)} t "
-        f"JOIN {quote(instance.db_table)} i ON i.{col(instance, 'id')} = t.{col(target, 'instance')} "
-        f"WHERE t.{col(target, 'round')} = %(round)s AND {deficit} > 0 "
-        f"AND i.{col(instance, 'image')} NOT IN (SELECT image_id FROM seen) "
-        f"ORDER BY i.{col(instance, 'image')}, deficit DESC, t.{target_id}), "
+        f"JOIN {quote(instance.db_table)} i ON i.{column(instance, 'id')} = t.{column(target, 'instance')} "
+        f"WHERE t.{column(target, 'round')} = %(round)s AND {deficit} > 0 "
+        f"AND i.{column(instance, 'image')} NOT IN (SELECT image_id FROM seen) "
+        f"ORDER BY i.{column(instance, 'image')}, deficit DESC, t.{target_id}), "
         f"chosen AS (SELECT id FROM cand ORDER BY deficit DESC, id LIMIT %(count)s), "
         f"locked AS (SELECT t.{target_id} AS id FROM {quote(target.db_table)} t "
         f"WHERE t.{target_id} IN (SELECT id FROM chosen) "
@@ -273,7 +270,7 @@ def _take_targets_sql(device: str, with_trials: bool) -> str:
             sql
             + "SELECT (SELECT count(*) FROM chosen), NULL, upd.* FROM (SELECT 1) AS one LEFT JOIN upd ON true"
         )
-    columns = ", ".join(col(trial, name) for name in ("session", "target", "position"))
+    columns = ", ".join(column(trial, name) for name in ("session", "target", "position"))
     columns += "".join(f", {quote(field.column)}" for field in _TRIAL_DEFAULTED)
     defaults = "".join(
         f", CAST(%(d_{field.attname})s AS {field.db_type(connection)})" for field in _TRIAL_DEFAULTED
@@ -283,7 +280,7 @@ def _take_targets_sql(device: str, with_trials: bool) -> str:
         f", ins AS (INSERT INTO {quote(trial.db_table)} ({columns}) "
         f"SELECT CAST(%(session)s AS bigint), p.id, CAST(p.n - 1 AS {position_type}){defaults} "
         f"FROM (SELECT upd.{target_id} AS id, row_number() OVER (ORDER BY random()) AS n FROM upd) AS p "
-        f"RETURNING {col(trial, 'target')} AS target_id, {col(trial, 'position')} AS position) "
+        f"RETURNING {column(trial, 'target')} AS target_id, {column(trial, 'position')} AS position) "
         f"SELECT (SELECT count(*) FROM chosen), ins.position, upd.* FROM (SELECT 1) AS one "
         f"LEFT JOIN upd ON true LEFT JOIN ins ON ins.target_id = upd.{target_id}"
     )

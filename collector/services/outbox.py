@@ -29,7 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from collector.models import TaskIntent
-from collector.services.prepared import prepared_cursor
+from collector.services.prepared import column, prepared_cursor
 from config.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
@@ -83,13 +83,10 @@ def task_intent_insert_sql(*, source: str) -> str:
     quote = connection.ops.quote_name
     meta = TaskIntent._meta
 
-    def col(name: str) -> str:
-        return quote(meta.get_field(name).column)
-
     return (
-        f"INSERT INTO {quote(meta.db_table)} ({col('task_name')}, {col('args')}, {col('created_at')}, "
-        f"{col('sent_at')}, {col('attempts')}, {col('last_error')}) "
-        f"SELECT %(i_name)s, %(i_args)s, %(i_now)s, NULL, 0, '' FROM {source} RETURNING {col('id')}"
+        f"INSERT INTO {quote(meta.db_table)} ({column(meta, 'task_name')}, {column(meta, 'args')}, {column(meta, 'created_at')}, "
+        f"{column(meta, 'sent_at')}, {column(meta, 'attempts')}, {column(meta, 'last_error')}) "
+        f"SELECT %(i_name)s, %(i_args)s, %(i_now)s, NULL, 0, '' FROM {source} RETURNING {column(meta, 'id')}"
     )
 
 

@@ -45,6 +45,12 @@ def _preparing_cursor_class():
     return PreparingCursor
 
 
+def column(meta, name: str) -> str:
+    """The quoted column of field ``name`` of the model whose ``_meta`` is ``meta``, for the hand-written
+    statements (built from the models' metadata, so a renamed column follows)."""
+    return connections[DEFAULT_DB_ALIAS].ops.quote_name(meta.get_field(name).column)
+
+
 def prepared_cursor() -> CursorWrapper:
     """A Django cursor wrapper (use it as a context manager) whose statements are prepared on PostgreSQL."""
     # The thread's wrapper itself: each attribute of the ``connection`` proxy is a context-local lookup (about

@@ -49,7 +49,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from collector.models import Click, Session, Trial
-from collector.services.prepared import prepared_cursor
+from collector.services.prepared import column, prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -213,27 +213,23 @@ def presentation_append_sql(*, key: str, at: str) -> tuple[str, str, str]:
     click are the caller's. Shared by ``_record_new_presentation`` and the click statement that carries the
     next trial's report (``services.sessions``)."""
     trial = Trial._meta
-    quote = connection.ops.quote_name
 
-    def col(name: str) -> str:
-        return quote(trial.get_field(name).column)
-
-    shown = f"COALESCE(t.{col('presentations')}, '[]'::jsonb)"
-    flags = f"COALESCE(t.{col('flags')}, '[]'::jsonb)"
+    shown = f"COALESCE(t.{column(trial, 'presentations')}, '[]'::jsonb)"
+    flags = f"COALESCE(t.{column(trial, 'flags')}, '[]'::jsonb)"
     replay = json.dumps([REPLAY_FLAG])
     assignments = (
-        f"{col('presentations')} = {shown} || jsonb_build_array(jsonb_build_object("
+        f"{column(trial, 'presentations')} = {shown} || jsonb_build_array(jsonb_build_object("
         f"'id', %({key})s::text, 'at', %({at})s::text)), "
-        f"{col('flags')} = CASE WHEN jsonb_array_length({shown}) >= 1 AND NOT {flags} @> '{replay}'::jsonb "
+        f"{column(trial, 'flags')} = CASE WHEN jsonb_array_length({shown}) >= 1 AND NOT {flags} @> '{replay}'::jsonb "
         f"THEN (SELECT jsonb_agg(flag ORDER BY flag COLLATE \"C\") FROM (SELECT DISTINCT "
         f"jsonb_array_elements_text({flags} || '{replay}'::jsonb) AS flag) AS merged) "
-        f"ELSE t.{col('flags')} END"
+        f"ELSE t.{column(trial, 'flags')} END"
     )  # fmt: skip
     conditions = (
         f"jsonb_array_length({shown}) < %(most)s "
         f"AND NOT {shown} @> jsonb_build_array(jsonb_build_object('id', %({key})s::text))"
     )
-    returning = f"t.{col('id')}, jsonb_array_length(t.{col('presentations')})"
+    returning = f"t.{column(trial, 'id')}, jsonb_array_length(t.{column(trial, 'presentations')})"
     return assignments, conditions, returning
 
 
@@ -252,17 +248,14 @@ def _new_presentation_sql() -> str:
     trial, session, click = (model._meta for model in (Trial, Session, Click))
     quote = connection.ops.quote_name
 
-    def col(meta, name: str) -> str:
-        return quote(meta.get_field(name).column)
-
     assignments, conditions, returning = presentation_append_sql(key="key", at="at")
     return (
         f"UPDATE {quote(trial.db_table)} AS t SET {assignments} "
         f"FROM {quote(session.db_table)} AS s "
-        f"WHERE t.{col(trial, 'session')} = %(session)s AND t.{col(trial, 'position')} = %(position)s "
-        f"AND s.{col(session, 'id')} = t.{col(trial, 'session')} "
-        f"AND s.{col(session, 'status')} NOT IN (%(finished)s, %(expired)s) AND s.{col(session, 'expires_at')} > %(now)s "
-        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} AS c WHERE c.{col(click, 'trial')} = t.{col(trial, 'id')}) "
+        f"WHERE t.{column(trial, 'session')} = %(session)s AND t.{column(trial, 'position')} = %(position)s "
+        f"AND s.{column(session, 'id')} = t.{column(trial, 'session')} "
+        f"AND s.{column(session, 'status')} NOT IN (%(finished)s, %(expired)s) AND s.{column(session, 'expires_at')} > %(now)s "
+        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} AS c WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')}) "
         f"AND {conditions} "
         f"RETURNING {returning}"
     )  # fmt: skip

@@ -32,7 +32,7 @@ from collector.services.outbox import (
     task_intent_insert_sql,
     task_intent_send_after_commit,
 )
-from collector.services.prepared import prepared_cursor
+from collector.services.prepared import column, prepared_cursor
 from collector.services.presentations import (
     MAX_PRESENTATIONS,
     REPLAY_FLAG,
@@ -174,19 +174,16 @@ def _start_reads_sql() -> str:
     quote = connection.ops.quote_name
     session, round_ = Session._meta, Round._meta
 
-    def col(meta, name: str) -> str:
-        return quote(meta.get_field(name).column)
-
     round_columns = ", ".join(f"r.{quote(round_.get_field(name).column)}" for name in _START_ROUND_FIELDS)
     return (
         f"SELECT s.id, {round_columns} FROM (SELECT 1) AS one "
-        f"LEFT JOIN LATERAL (SELECT {col(session, 'id')} AS id FROM {quote(session.db_table)} "
-        f"WHERE {col(session, 'study')} = %(study)s AND {col(session, 'worker')} = %(worker)s "
-        f"AND {col(session, 'status')} = %(started)s AND {col(session, 'platform_assignment_id')} = %(assignment)s "
-        f"AND {col(session, 'expires_at')} > %(now)s ORDER BY {col(session, 'started_at')} DESC LIMIT 1) AS s "
+        f"LEFT JOIN LATERAL (SELECT {column(session, 'id')} AS id FROM {quote(session.db_table)} "
+        f"WHERE {column(session, 'study')} = %(study)s AND {column(session, 'worker')} = %(worker)s "
+        f"AND {column(session, 'status')} = %(started)s AND {column(session, 'platform_assignment_id')} = %(assignment)s "
+        f"AND {column(session, 'expires_at')} > %(now)s ORDER BY {column(session, 'started_at')} DESC LIMIT 1) AS s "
         f"ON true LEFT JOIN LATERAL (SELECT * FROM {quote(round_.db_table)} "
-        f"WHERE {col(round_, 'study')} = %(study)s AND {col(round_, 'state')} = %(open)s "
-        f"ORDER BY {col(round_, 'number')} DESC LIMIT 1) AS r ON true"
+        f"WHERE {column(round_, 'study')} = %(study)s AND {column(round_, 'state')} = %(open)s "
+        f"ORDER BY {column(round_, 'number')} DESC LIMIT 1) AS r ON true"
     )
 
 
@@ -414,7 +411,7 @@ def _hot_query() -> tuple[str, list]:
     def table(model) -> str:
         return f"{quote(model._meta.db_table)} {aliases[model]}"
 
-    def column(model, name: str) -> str:
+    def aliased(model, name: str) -> str:
         return f"{aliases[model]}.{quote(model._meta.get_field(name).column)}"
 
     if connection.vendor == "postgresql":
@@ -425,17 +422,17 @@ def _hot_query() -> tuple[str, list]:
         own = Click._meta.get_field
         clicks = (
             f"LEFT JOIN LATERAL (SELECT c1.{quote(own('id').column)}, c1.{quote(own('idempotency_key').column)} "
-            f"FROM {quote(Click._meta.db_table)} c1 WHERE c1.{quote(own('trial').column)} = {column(Trial, 'id')} "
+            f"FROM {quote(Click._meta.db_table)} c1 WHERE c1.{quote(own('trial').column)} = {aliased(Trial, 'id')} "
             f"LIMIT 1) {aliases[Click]} ON TRUE"
         )  # fmt: skip
     else:
-        clicks = f"LEFT JOIN {table(Click)} ON {column(Click, 'trial')} = {column(Trial, 'id')}"
+        clicks = f"LEFT JOIN {table(Click)} ON {aliased(Click, 'trial')} = {aliased(Trial, 'id')}"
     sql = (
         f"SELECT {columns} FROM {table(Trial)} "
-        f"JOIN {table(Session)} ON {column(Session, 'id')} = {column(Trial, 'session')} "
-        f"JOIN {table(Study)} ON {column(Study, 'id')} = {column(Session, 'study')} "
+        f"JOIN {table(Session)} ON {aliased(Session, 'id')} = {aliased(Trial, 'session')} "
+        f"JOIN {table(Study)} ON {aliased(Study, 'id')} = {aliased(Session, 'study')} "
         f"{clicks} "
-        f"WHERE {column(Trial, 'session')} = %s ORDER BY {column(Trial, 'position')}"
+        f"WHERE {aliased(Trial, 'session')} = %s ORDER BY {aliased(Trial, 'position')}"
     )
     converters = []
     for field in fields:
@@ -552,9 +549,6 @@ def _click_in_one_statement_sql(carry: bool = False) -> tuple[str, tuple[str, ..
     def base(model: str, name: str) -> str:
         return f"b.c{at[(model, name)]}"
 
-    def col(meta, name: str) -> str:
-        return quote(meta.get_field(name).column)
-
     click_fields = [field for field in click.concrete_fields if not field.primary_key]
     inserted = [
         "hit.id"
@@ -563,9 +557,9 @@ def _click_in_one_statement_sql(carry: bool = False) -> tuple[str, tuple[str, ..
         for field in click_fields
     ]
     trial_written = ("phase_onsets_ms", "scheduled_onsets_ms", "load_wait_ms", "blocked_clicks", "refresh_hz")
-    assignments = [f"{col(trial, name)} = %(t_{name})s" for name in trial_written]
+    assignments = [f"{column(trial, name)} = %(t_{name})s" for name in trial_written]
     assignments.append(
-        f"{col(trial, 'flags')} = CASE WHEN jsonb_array_length(hit.presentations) > 1 "
+        f"{column(trial, 'flags')} = CASE WHEN jsonb_array_length(hit.presentations) > 1 "
         f"THEN CAST(%(t_flags_replayed)s AS jsonb) ELSE CAST(%(t_flags)s AS jsonb) END"
     )
     shown = base("trial", "presentations")
@@ -585,16 +579,16 @@ def _click_in_one_statement_sql(carry: bool = False) -> tuple[str, tuple[str, ..
         f"ins AS (INSERT INTO {quote(click.db_table)} "
         f"({', '.join(quote(field.column) for field in click_fields)}) "
         f"SELECT {', '.join(inserted)} FROM hit ON CONFLICT DO NOTHING "
-        f"RETURNING {col(click, 'id')} AS id, {col(click, 'trial')} AS trial_id), "
+        f"RETURNING {column(click, 'id')} AS id, {column(click, 'trial')} AS trial_id), "
         f"upd AS (UPDATE {quote(trial.db_table)} tt SET {', '.join(assignments)} FROM ins "
-        f"JOIN hit ON hit.id = ins.trial_id WHERE tt.{col(trial, 'id')} = ins.trial_id) "
+        f"JOIN hit ON hit.id = ins.trial_id WHERE tt.{column(trial, 'id')} = ins.trial_id) "
     )
     carried = ""
     if carry:
         set_shown, shown_ok, shown_now = presentation_append_sql(key="n_key", at="n_at")
         sql += (
             f", nxt (id, shown) AS (UPDATE {quote(trial.db_table)} AS t SET {set_shown} FROM base b "
-            f"WHERE t.{col(trial, 'id')} = {base('trial', 'id')} AND {base('trial', 'position')} = %(n_position)s "
+            f"WHERE t.{column(trial, 'id')} = {base('trial', 'id')} AND {base('trial', 'position')} = %(n_position)s "
             f"AND %(n_position)s <> %(position)s AND {base('click', 'id')} IS NULL "
             f"AND {base('session', 'status')} NOT IN (%(finished)s, %(expired)s) "
             f"AND {base('session', 'expires_at')} > %(now)s AND {shown_ok} RETURNING {shown_now}) "
@@ -1098,25 +1092,22 @@ def _finish_sql() -> tuple[str, str]:
     quote = connection.ops.quote_name
     session, study, trial, click = Session._meta, Study._meta, Trial._meta, Click._meta
 
-    def col(meta, name: str) -> str:
-        return quote(meta.get_field(name).column)
-
     read = (
-        f"SELECT {', '.join(f's.{col(session, name)}' for name in _FINISH_SESSION_FIELDS)}, "
-        f"{', '.join(f'st.{col(study, name)}' for name in _FINISH_STUDY_FIELDS)} "
+        f"SELECT {', '.join(f's.{column(session, name)}' for name in _FINISH_SESSION_FIELDS)}, "
+        f"{', '.join(f'st.{column(study, name)}' for name in _FINISH_STUDY_FIELDS)} "
         f"FROM {quote(session.db_table)} s JOIN {quote(study.db_table)} st "
-        f"ON st.{col(study, 'id')} = s.{col(session, 'study')} WHERE s.{col(session, 'id')} = %(session)s"
+        f"ON st.{column(study, 'id')} = s.{column(session, 'study')} WHERE s.{column(session, 'id')} = %(session)s"
     )
     missing = (
-        f"SELECT 1 FROM {quote(trial.db_table)} t WHERE t.{col(trial, 'session')} = %(session)s "
-        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} c WHERE c.{col(click, 'trial')} = t.{col(trial, 'id')})"
+        f"SELECT 1 FROM {quote(trial.db_table)} t WHERE t.{column(trial, 'session')} = %(session)s "
+        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} c WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')})"
     )
     finish = (
-        f"WITH done AS (UPDATE {quote(session.db_table)} SET {col(session, 'status')} = %(finished)s, "
-        f"{col(session, 'finished_at')} = %(now)s, {col(session, 'completion_code')} = %(code)s "
-        f"WHERE {col(session, 'id')} = %(session)s AND {col(session, 'status')} = %(started)s "
-        f"AND {col(session, 'platform_assignment_id')} = %(assignment)s AND NOT EXISTS ({missing}) "
-        f"RETURNING {col(session, 'id')}), "
+        f"WITH done AS (UPDATE {quote(session.db_table)} SET {column(session, 'status')} = %(finished)s, "
+        f"{column(session, 'finished_at')} = %(now)s, {column(session, 'completion_code')} = %(code)s "
+        f"WHERE {column(session, 'id')} = %(session)s AND {column(session, 'status')} = %(started)s "
+        f"AND {column(session, 'platform_assignment_id')} = %(assignment)s AND NOT EXISTS ({missing}) "
+        f"RETURNING {column(session, 'id')}), "
         f"intent AS ({task_intent_insert_sql(source='done')}) "
         f"SELECT (SELECT {quote(TaskIntent._meta.pk.column)} FROM intent)"
     )  # fmt: skip

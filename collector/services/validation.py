@@ -36,7 +36,7 @@ from PIL import Image as PILImage
 
 from collector.models import Click, Round, Session, Target, Trial
 from collector.services.allocation import inflight_release
-from collector.services.prepared import prepared_cursor
+from collector.services.prepared import column, prepared_cursor
 from collector.services.quality import session_quality_flags
 from collector.services.rounds import round_close_if_full
 from config.celery import app as celery_app
@@ -246,14 +246,11 @@ def _verdicts_store(clicks: list[Click]) -> None:
 def _verdicts_sql() -> str:
     quote, meta = connection.ops.quote_name, Click._meta
 
-    def col(name: str) -> str:
-        return quote(meta.get_field(name).column)
-
     return (
-        f"UPDATE {quote(meta.db_table)} AS c SET {col('is_valid')} = v.valid, {col('distance_px')} = v.distance, "
-        f"{col('invalid_reason')} = v.reason FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(valid)s AS boolean[]), "
+        f"UPDATE {quote(meta.db_table)} AS c SET {column(meta, 'is_valid')} = v.valid, {column(meta, 'distance_px')} = v.distance, "
+        f"{column(meta, 'invalid_reason')} = v.reason FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(valid)s AS boolean[]), "
         f"CAST(%(distance)s AS double precision[]), CAST(%(reason)s AS text[])) AS v (id, valid, distance, reason) "
-        f"WHERE c.{col('id')} = v.id"
+        f"WHERE c.{column(meta, 'id')} = v.id"
     )
 
 

@@ -9,7 +9,6 @@ compare the two paths on twin sessions.
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -25,6 +24,7 @@ from collector.services.sessions import SessionFinishRefused, click_record, sess
 from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 from tests.support.celery_worker import purge_queues
+from tests.support.concurrency import at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 VALIDATE = task_names.VALIDATION_VALIDATE_SESSION
@@ -218,23 +218,7 @@ def test_the_statement_finishes_only_what_the_read_saw(tmp_path, settings, publi
 
 def test_concurrent_finishes_finish_once_with_one_code(tmp_path, settings, published):
     session = _session(_study(tmp_path, settings))
-    results, errors = [], []
-    barrier = threading.Barrier(4)
-
-    def finish():
-        try:
-            barrier.wait()
-            results.append(session_finish(session_id=session.pk).completion_code)
-        except Exception as exc:  # collected and asserted below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=finish) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = at_once(lambda: session_finish(session_id=session.pk).completion_code, 4)
     assert errors == []
     assert len(set(results)) == 1 and results[0] == _stored(session.pk)["completion_code"]
     assert _stored(session.pk)["intents"] == [[session.pk]]

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-import threading
 import uuid
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from collector.models import Click, Session, Target, Trial
@@ -23,6 +21,7 @@ from collector.services.sessions import (
 )
 from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker, present_trials
+from tests.support.concurrency import at_once
 
 
 def _click(session, index, key=None, **overrides):
@@ -217,23 +216,7 @@ def test_client_report_merges_measurements(study):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_uploads_of_the_same_click_store_it_once(study):
     session = session_start(study=study, worker=make_worker(), device="pc")
-    results, errors = [], []
-    barrier = threading.Barrier(4)
-
-    def upload():
-        try:
-            barrier.wait()
-            results.append(_click(session, 0, key="same-key")[1])
-        except Exception as exc:  # collected and asserted below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=upload) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = at_once(lambda: _click(session, 0, key="same-key")[1], 4)
     assert errors == []
     assert sorted(results) == [False, False, False, True]
     assert Click.objects.filter(trial__session=session).count() == 1
