@@ -14,10 +14,11 @@ and the security headers still come from Django. For ``POST /api/annotator/<toke
 (``parsers.parse_body``), checks it with ``click_input`` (``presented_input``): plain Python that accepts only
 what the ClickIn (PresentedIn) serializer accepts and gives the same values, else None; reads the token and runs
 ``click_ingest`` (``trial_presented_record``, ``session_finish``), the service the DRF view calls. A stored
-click or a retry of one (201/200), a recorded presentation (200), a finished session (200), is answered here with the DRF view's body and headers. Everything
-else (a bad token, input the plain check does not take, a 409 refusal, a database error) goes down the normal
-path with the body it read, which answers it as before: a refusal is decided before anything is written, and
-both writes are idempotent (a click's key, a presentation's id), so the second pass gives the normal answer.
+click or a retry of one (201/200), a recorded presentation (200), a finished session (200), is answered here
+with the DRF view's body and headers. Everything else (a bad token, input the plain check does not take, a 409
+refusal, a database error) goes down the normal path with the body it read, which answers it as before: a
+refusal is decided before anything is written, and the writes are idempotent (a click's key, a presentation's
+id, a finished session), so the second pass gives the normal answer.
 A connection the database server ended makes the normal path fail too: ``config.unavailable``'s
 ``DatabaseRetryMiddleware``, above this one, then runs the whole request once more on a new connection.
 An error of another kind is logged as a warning (with its traceback) before the normal path takes over: it

@@ -80,12 +80,10 @@ def task_intent_insert_sql(*, source: str) -> str:
     """PostgreSQL: an ``INSERT ... SELECT ... FROM source RETURNING id`` of one intent per row of ``source``
     (a CTE of the caller's statement), with the parameters of ``task_intent_insert_params``: the row
     ``task_intent_add`` would create, inside a statement that changes the state the task is for."""
-    quote = connection.ops.quote_name
     meta = TaskIntent._meta
-
+    names = ("task_name", "args", "created_at", "sent_at", "attempts", "last_error")
     return (
-        f"INSERT INTO {quote(meta.db_table)} ({column(meta, 'task_name')}, {column(meta, 'args')}, {column(meta, 'created_at')}, "
-        f"{column(meta, 'sent_at')}, {column(meta, 'attempts')}, {column(meta, 'last_error')}) "
+        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({', '.join(column(meta, n) for n in names)}) "
         f"SELECT %(i_name)s, %(i_args)s, %(i_now)s, NULL, 0, '' FROM {source} RETURNING {column(meta, 'id')}"
     )
 
@@ -124,10 +122,9 @@ def task_intent_send_now(*, intent_id: int, name: str, args: list) -> bool:
 def _mark_sent_sql() -> str:
     """The fast path's ``UPDATE ... SET sent_at`` (the ORM's update compiled once: this runs once per finished
     batch, in the request)."""
-    quote = connection.ops.quote_name
     meta = TaskIntent._meta
-    sent_at, pk = quote(meta.get_field("sent_at").column), quote(meta.pk.column)
-    return f"UPDATE {quote(meta.db_table)} SET {sent_at} = %s WHERE {pk} = %s AND {sent_at} IS NULL"
+    sent_at, pk = column(meta, "sent_at"), column(meta, "id")
+    return f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {sent_at} = %s WHERE {pk} = %s AND {sent_at} IS NULL"
 
 
 def task_intents_pending(*, older_than_s: float = 0.0) -> int:

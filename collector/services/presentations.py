@@ -213,7 +213,6 @@ def presentation_append_sql(*, key: str, at: str) -> tuple[str, str, str]:
     click are the caller's. Shared by ``_record_new_presentation`` and the click statement that carries the
     next trial's report (``services.sessions``)."""
     trial = Trial._meta
-
     shown = f"COALESCE(t.{column(trial, 'presentations')}, '[]'::jsonb)"
     flags = f"COALESCE(t.{column(trial, 'flags')}, '[]'::jsonb)"
     replay = json.dumps([REPLAY_FLAG])
@@ -254,8 +253,10 @@ def _new_presentation_sql() -> str:
         f"FROM {quote(session.db_table)} AS s "
         f"WHERE t.{column(trial, 'session')} = %(session)s AND t.{column(trial, 'position')} = %(position)s "
         f"AND s.{column(session, 'id')} = t.{column(trial, 'session')} "
-        f"AND s.{column(session, 'status')} NOT IN (%(finished)s, %(expired)s) AND s.{column(session, 'expires_at')} > %(now)s "
-        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} AS c WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')}) "
+        f"AND s.{column(session, 'status')} NOT IN (%(finished)s, %(expired)s) "
+        f"AND s.{column(session, 'expires_at')} > %(now)s "
+        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} AS c "
+        f"WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')}) "
         f"AND {conditions} "
         f"RETURNING {returning}"
     )  # fmt: skip

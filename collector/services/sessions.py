@@ -179,7 +179,8 @@ def _start_reads_sql() -> str:
         f"SELECT s.id, {round_columns} FROM (SELECT 1) AS one "
         f"LEFT JOIN LATERAL (SELECT {column(session, 'id')} AS id FROM {quote(session.db_table)} "
         f"WHERE {column(session, 'study')} = %(study)s AND {column(session, 'worker')} = %(worker)s "
-        f"AND {column(session, 'status')} = %(started)s AND {column(session, 'platform_assignment_id')} = %(assignment)s "
+        f"AND {column(session, 'status')} = %(started)s "
+        f"AND {column(session, 'platform_assignment_id')} = %(assignment)s "
         f"AND {column(session, 'expires_at')} > %(now)s ORDER BY {column(session, 'started_at')} DESC LIMIT 1) AS s "
         f"ON true LEFT JOIN LATERAL (SELECT * FROM {quote(round_.db_table)} "
         f"WHERE {column(round_, 'study')} = %(study)s AND {column(round_, 'state')} = %(open)s "
@@ -1100,7 +1101,8 @@ def _finish_sql() -> tuple[str, str]:
     )
     missing = (
         f"SELECT 1 FROM {quote(trial.db_table)} t WHERE t.{column(trial, 'session')} = %(session)s "
-        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} c WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')})"
+        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} c "
+        f"WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')})"
     )
     finish = (
         f"WITH done AS (UPDATE {quote(session.db_table)} SET {column(session, 'status')} = %(finished)s, "

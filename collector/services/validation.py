@@ -247,8 +247,9 @@ def _verdicts_sql() -> str:
     quote, meta = connection.ops.quote_name, Click._meta
 
     return (
-        f"UPDATE {quote(meta.db_table)} AS c SET {column(meta, 'is_valid')} = v.valid, {column(meta, 'distance_px')} = v.distance, "
-        f"{column(meta, 'invalid_reason')} = v.reason FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(valid)s AS boolean[]), "
+        f"UPDATE {quote(meta.db_table)} AS c SET {column(meta, 'is_valid')} = v.valid, "
+        f"{column(meta, 'distance_px')} = v.distance, {column(meta, 'invalid_reason')} = v.reason "
+        f"FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(valid)s AS boolean[]), "
         f"CAST(%(distance)s AS double precision[]), CAST(%(reason)s AS text[])) AS v (id, valid, distance, reason) "
         f"WHERE c.{column(meta, 'id')} = v.id"
     )

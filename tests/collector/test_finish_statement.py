@@ -75,7 +75,9 @@ def _stored(session_id: int) -> dict:
         "status": row.status,
         "finished_at": row.finished_at,
         "completion_code": row.completion_code,
-        "intents": list(TaskIntent.objects.filter(task_name=VALIDATE, args=[session_id]).values_list("args", flat=True)),
+        "intents": list(
+            TaskIntent.objects.filter(task_name=VALIDATE, args=[session_id]).values_list("args", flat=True)
+        ),
     }  # fmt: skip
 
 
