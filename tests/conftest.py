@@ -130,6 +130,18 @@ def exclusive_broker():
         worker.start()
 
 
+@pytest.fixture(scope="module")
+def exclusive_broker_for_module():
+    """``exclusive_broker`` for a whole module whose tests publish tasks no worker may run: the shared worker
+    would run them against rows the test's teardown is flushing (a deadlock in CI's TRUNCATE)."""
+    paused = [worker for worker in _SHARED_WORKERS if worker.running]
+    for worker in paused:
+        worker.stop()
+    yield
+    for worker in paused:
+        worker.start()
+
+
 # --------------------------------------------------------------------------------------------------
 # Chromium
 

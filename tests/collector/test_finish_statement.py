@@ -26,7 +26,8 @@ from tests.factories import make_dataset, make_study, make_worker, present_trial
 from tests.support.celery_worker import purge_queues
 from tests.support.concurrency import at_once
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# the finishes publish real validation tasks: no worker may run them while a test's rows are flushed
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("exclusive_broker_for_module")]
 VALIDATE = task_names.VALIDATION_VALIDATE_SESSION
 POSTGRES = connection.vendor == "postgresql"
 
