@@ -6,6 +6,7 @@ the data is there, and when ``CI`` is set its absence is a failure, never a skip
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -118,28 +119,33 @@ def _shared_celery_worker(django_db_setup, django_db_blocker):
     worker.stop()
 
 
+@contextlib.contextmanager
+def _shared_workers_paused():
+    """The shared worker steps aside meanwhile (stopped), and comes back afterwards."""
+    paused = [worker for worker in _SHARED_WORKERS if worker.running]
+    for worker in paused:
+        worker.stop()
+    try:
+        yield
+    finally:
+        for worker in paused:
+            worker.start()
+
+
 @pytest.fixture
 def exclusive_broker():
     """For tests that run (and kill) workers of their own: the shared worker steps aside meanwhile, so no
     other consumer takes their messages; it comes back afterwards."""
-    paused = [worker for worker in _SHARED_WORKERS if worker.running]
-    for worker in paused:
-        worker.stop()
-    yield
-    for worker in paused:
-        worker.start()
+    with _shared_workers_paused():
+        yield
 
 
 @pytest.fixture(scope="module")
 def exclusive_broker_for_module():
     """``exclusive_broker`` for a whole module whose tests publish tasks no worker may run: the shared worker
     would run them against rows the test's teardown is flushing (a deadlock in CI's TRUNCATE)."""
-    paused = [worker for worker in _SHARED_WORKERS if worker.running]
-    for worker in paused:
-        worker.stop()
-    yield
-    for worker in paused:
-        worker.start()
+    with _shared_workers_paused():
+        yield
 
 
 # --------------------------------------------------------------------------------------------------

@@ -50,8 +50,9 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
+@functools.cache
 def broker_warm() -> None:
-    """Import what the first send of a process would import: the broker's transport module (creating the
+    """Once per process: import what the first send of a process would import: the broker's transport module (creating the
     transport object; it connects on first use, not here) and Celery's message machinery. The web worker
     calls it at boot (``annotation_ui.fast_click``), where these imports otherwise fell on the first finish
     (4 % of the web workers' time in a profile of the load suite, mid-burst)."""

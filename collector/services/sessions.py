@@ -1128,11 +1128,13 @@ def _finish_prepared(*, session_id: int) -> Session | None:
     with prepared_cursor() as cursor:
         cursor.execute(read_sql, {"session": session_id})
         row = cursor.fetchone()
-        if row is None or row[_FINISH_SESSION_FIELDS.index("status")] != Session.Status.STARTED:
+        if row is None:
             return None
         n_session = len(_FINISH_SESSION_FIELDS)
         read = dict(zip(_FINISH_SESSION_FIELDS, row[:n_session], strict=True))
         study_read = dict(zip(_FINISH_STUDY_FIELDS, row[n_session:], strict=True))
+        if read["status"] != Session.Status.STARTED:
+            return None
         now = timezone.now()
         code = completion_code_make(session_id=session_id, assignment_id=read["platform_assignment_id"])
         args = [session_id]

@@ -33,7 +33,7 @@ def session_token_read(*, token: str, max_age_s: int | None = None) -> int:
     always is."""
     age = settings.ANNOTATOR_TOKEN_MAX_AGE_S if max_age_s is None else max_age_s
     session_id, signed_at = _session_token_signed(
-        token, settings.SECRET_KEY, tuple(getattr(settings, "SECRET_KEY_FALLBACKS", ()))
+        token, settings.SECRET_KEY, tuple(settings.SECRET_KEY_FALLBACKS)
     )
     if age is not None and time.time() - signed_at > age:
         raise TokenInvalid(_("this task link has expired; open the task again from the platform."))
