@@ -15,11 +15,19 @@ HOST = 127.0.0.1
 
 .PHONY: demo prod bench-faults test test-both lint test-js test-services test-embedded install install-test chromium clean lock messages
 
+# torch comes first, at the lock's version, from the index TORCH_INDEX_URL names when it is set: which build
+# (CPU or a CUDA one) is the machine's choice, not the lock's. The public index serves the CUDA build on Linux
+# (several GB); for the CPU build: `make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu` (its
+# 2.13.0+cpu matches the lock's 2.13.0: a local label is ignored by ==). Unset, pip's own configuration decides
+# (here a local CPU wheel). The locks never carry a local version label (`make lock` strips them; a test checks).
+TORCH_INDEX_URL ?=
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.lock)
+
 # Installs come from the locks (every package of the tree, pinned), never from the loose top-level pins.
 $(VENV)/.installed: requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 	$(PIP) install --quiet -r requirements.lock
 	touch $@
 
@@ -38,6 +46,7 @@ lock:
 		$(LOCK_TOOLS)/bin/pip install --quiet pip-tools==7.6.2; }
 	$(PIP_COMPILE) --output-file requirements.lock requirements.txt
 	$(PIP_COMPILE) --constraint requirements.lock --output-file requirements-test.lock requirements-test.txt
+	sed -i -E 's/^([A-Za-z0-9_.-]+==[^ +]+)\+[A-Za-z0-9.]+/\1/' requirements.lock requirements-test.lock
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test

@@ -100,6 +100,18 @@ def test_the_locks_hold_every_pin_at_its_version():
     assert "sqlalchemy" not in runtime and "cryptography" not in runtime  # used by nothing (issue 19)
 
 
+def test_no_pin_carries_a_local_version_label():
+    """A local label (``torch==2.13.0+cpu``) names a build only one machine's wheel folder holds: on a machine
+    with the public index alone the install stops at it. Which torch build is installed is TORCH_INDEX_URL's
+    choice (Makefile), never the lock's."""
+    for name in ("requirements.txt", "requirements-test.txt", "requirements.lock", "requirements-test.lock"):
+        labelled = re.findall(r"^([A-Za-z0-9_.\-]+==\S*\+\S*)", (ROOT / name).read_text(), flags=re.M)
+        assert not labelled, (
+            f"{name} pins {labelled} with a local version label: drop the '+...' part (`make lock` strips it); "
+            "choose the build with TORCH_INDEX_URL instead (see the Makefile)."
+        )
+
+
 def test_the_libraries_declare_what_they_import():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = {
