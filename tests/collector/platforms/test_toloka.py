@@ -102,7 +102,8 @@ def test_launch_creates_project_pools_and_suites_on_toloka(study, fake_toloka):
         pool = pools[_pool(study, device).external_id]
         assert pool["auto_accept_solutions"] is False
         assert Decimal(str(pool["reward_per_assignment"])) == Decimal("0.05")
-        assert pool["assignment_max_duration_seconds"] == study.session_timeout_s
+        # the session's timeout, then 10 minutes to paste the code and submit (issue 32 item 6)
+        assert pool["assignment_max_duration_seconds"] == study.session_timeout_s + 600
         conditions = [c for group in pool["filter"]["and"] for c in group["or"]]
         assert {
             "category": "computed",
