@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 
 from django import forms
@@ -298,12 +299,14 @@ class StudyForm(forms.ModelForm):
     def error_summary(self) -> list[dict]:
         """Every error for the summary at the top of the page: ``{"id", "text"}`` (``id`` the field's
         element, "" for an error of the whole form), in the order of the fields. A message that does not name
-        its field already is prefixed with the field's label."""
+        its field already (the rules' messages start with the label, without its unit) is prefixed with the
+        field's label."""
         items = [{"id": "", "text": str(error)} for error in self.non_field_errors()]
         for field in self:
+            named = re.sub(r"\s*\([^)]*\)$", "", str(field.label))
             for error in field.errors:
                 text = str(error)
-                if not text.startswith(str(field.label)):
+                if not text.startswith(named):
                     text = f"{field.label}: {text}"
                 items.append({"id": field.id_for_label, "text": text})
         return items

@@ -306,6 +306,7 @@ async function startTrial() {
   api.position = trial.position;
   $("hint").textContent = "";
   $("trial-counter").textContent = counterText(trial);
+  $("trial-counter").classList.toggle("practice", Boolean(trial.practice));
   const handle = assets[trial.position];
   want(trial.position);
   const presented = reportPresented(trial.position);

@@ -110,9 +110,22 @@
   }
 
   // Only the chosen kind's settings are on screen (the server ignores the others: StudyForm).
+  // The error summary keeps the errors of the fields on screen (a field of the other kind does not apply).
   function showKind() {
     const kind = field("kind").value || "timed";
-    form.querySelectorAll("[data-kind]").forEach((element) => { element.hidden = element.dataset.kind !== kind; });
+    document.querySelectorAll("[data-kind]").forEach((element) => { element.hidden = element.dataset.kind !== kind; });
+    const summary = document.getElementById("error-summary");
+    if (!summary) return;
+    let shown = 0;
+    summary.querySelectorAll("li").forEach((item) => {
+      const link = item.querySelector("a[data-field]");
+      const target = link && document.getElementById(link.dataset.field);
+      item.hidden = Boolean(target && target.closest("[hidden]"));
+      if (!item.hidden) shown += 1;
+    });
+    summary.hidden = shown === 0;
+    summary.querySelector("h2").textContent =
+      shown + " setting" + (shown === 1 ? "" : "s") + " to fix: the study was not created";
   }
 
   // The batch the dataset can give (forms.batch_defaults: RClicks' 10 trials and 7 valid clicks, scaled down
