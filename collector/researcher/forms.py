@@ -13,29 +13,19 @@ from django.core.validators import RegexValidator
 from collector.models import Dataset, Image, Study
 from collector.models.studies import SCREEN_TEXT_MAX_CHARS, StudyKind
 from collector.selectors.segmenters import segmenter_options
-from collector.services.study_rules import STUDY_RULES, fields_not_for_kind, study_values_for_kind
+from collector.services.study_rules import (
+    KIND_ONLY_FIELDS,
+    SCREEN_FIELDS,
+    STUDY_RULES,
+    fields_not_for_kind,
+    study_values_for_kind,
+)
 
 #: The corrective-campaign fields (their own fieldset in the form), last in the study's field list.
-CORRECTIVE_FORM_FIELDS = (
-    "kind",
-    "corrective_init",
-    "corrective_rounds",
-    "corrective_clicks_per_round",
-    "qualification_enabled",
-    "qualification_instances",
-    "qualification_min_placement",
-    "qualification_min_gain",
-)
+CORRECTIVE_FORM_FIELDS = ("kind", *KIND_ONLY_FIELDS[StudyKind.CORRECTIVE])
 #: The screens a worker sees before a timed batch (issue 32 item 5). The form shows the two texts as one box
 #: per language (``consent_text_<code>``, ``instructions_text_<code>``); the API takes them as objects.
-SCREEN_FORM_FIELDS = (
-    "consent_enabled",
-    "consent_texts",
-    "instructions_texts",
-    "practice_trials",
-    "control_trials",
-    "control_min_inside",
-)
+SCREEN_FORM_FIELDS = SCREEN_FIELDS
 SCREEN_TEXT_FIELDS = ("consent_texts", "instructions_texts")
 DEFAULTED_SCREEN_FIELDS = ("practice_trials", "control_trials", "control_min_inside")
 #: RClicks' batch: 10 trials, a batch counting with 7 valid clicks. A smaller dataset gets a smaller default

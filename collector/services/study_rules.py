@@ -38,6 +38,15 @@ CLICK_ALLOWANCE_S = 10
 SESSION_TIMEOUT_MAX_S = 24 * 3600
 
 
+#: The screens a worker sees before a timed batch (issue 32 item 5): consent, instructions, practice and control.
+SCREEN_FIELDS = (
+    "consent_enabled",
+    "consent_texts",
+    "instructions_texts",
+    "practice_trials",
+    "control_trials",
+    "control_min_inside",
+)
 #: Settings that belong to one study kind only (the others apply to both kinds).
 KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     StudyKind.TIMED: (
@@ -48,12 +57,7 @@ KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
         "blocked_ms",
         "min_valid_per_session",
         "min_reaction_ms",
-        "consent_enabled",
-        "consent_texts",
-        "instructions_texts",
-        "practice_trials",
-        "control_trials",
-        "control_min_inside",
+        *SCREEN_FIELDS,
     ),
     StudyKind.CORRECTIVE: (
         "corrective_init",

@@ -95,7 +95,9 @@ def test_a_first_batch_gets_its_practice_first_and_its_controls_mixed_in(study):
 
 def test_a_study_without_screen_trials_keeps_its_batch_as_it_was(tmp_path, settings):
     settings.MEDIA_ROOT = tmp_path / "media"
-    plain = make_study(make_dataset(tmp_path, n_images=5), publish=True, batch_size=4, min_valid_per_session=3)
+    plain = make_study(
+        make_dataset(tmp_path, n_images=5), publish=True, batch_size=4, min_valid_per_session=3
+    )
     session = session_start(study=plain, worker=make_worker(), device="pc")
     assert [(t.position, t.role) for t in _trials(session)] == [(n, "task") for n in range(4)]
 
@@ -109,7 +111,10 @@ def test_control_clicks_decide_whether_the_batch_counts(study):
     rejected = _play(session_start(study=study, worker=make_worker(), device="pc"), outside={"control"})
     assert rejected.validity == Session.Validity.REJECTED
     assert (rejected.valid_clicks, rejected.control_inside, rejected.control_passed) == (4, 0, False)
-    assert "0 of 2 control clicks were inside their object; the study needs at least 2." in rejected.rejection_reason
+    assert (
+        "0 of 2 control clicks were inside their object; the study needs at least 2."
+        in rejected.rejection_reason
+    )
     assert "clicks were valid" not in rejected.rejection_reason
 
 
@@ -125,7 +130,9 @@ def test_screen_trials_never_reach_a_quota_or_an_export(study, tmp_path):
     # every click is valid and judged, the screen trials' too
     assert Click.objects.filter(trial__session=session, is_valid=True).count() == 7
 
-    result = rclicks_export(study_ids=[study.pk], out_dir=tmp_path / "rclicks", include_invalid=True, previews=False)
+    result = rclicks_export(
+        study_ids=[study.pk], out_dir=tmp_path / "rclicks", include_invalid=True, previews=False
+    )
     rows = result.clicks_csv.read_text().splitlines()[1:]
     assert len(rows) == 4, "the RClicks export holds the task clicks only, even with include_invalid"
     stems = {Target.objects.get(pk=pk).full_stem for pk in screen_targets}
@@ -141,7 +148,9 @@ def test_screen_trials_never_reach_a_quota_or_an_export(study, tmp_path):
     assert {(r["session_control_inside"], r["session_control_passed"]) for r in records} == {(2, True)}
     screens = records[0]["session_screens"]
     assert screens["practice_trials"] == 1 and screens["control_trials"] == 2
-    assert screens["instructions"]["source"] == "default" and "practice image" in screens["instructions"]["text"]
+    assert (
+        screens["instructions"]["source"] == "default" and "practice image" in screens["instructions"]["text"]
+    )
 
 
 def test_an_expired_batch_gives_back_only_the_slots_it_took(study):

@@ -378,9 +378,14 @@ def test_a_study_in_another_currency_is_refused_before_anything_is_created(study
 
 
 def test_the_time_limit_leaves_time_to_submit_the_code(study, fake_toloka):
-    study.platform_config = {**study.platform_config, "assignment_max_duration_s": study.session_timeout_s + 30}
+    study.platform_config = {
+        **study.platform_config,
+        "assignment_max_duration_s": study.session_timeout_s + 30,
+    }
     study.save(update_fields=["platform_config"])
-    with pytest.raises(LaunchRefused, match=r"platform_config.assignment_max_duration_s: 1830 s leaves a worker"):
+    with pytest.raises(
+        LaunchRefused, match=r"platform_config.assignment_max_duration_s: 1830 s leaves a worker"
+    ):
         study_launch(study_id=study.pk)
     assert _api_calls(fake_toloka) == []
     study.platform_config["assignment_max_duration_s"] = study.session_timeout_s + 300

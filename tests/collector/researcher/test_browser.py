@@ -144,7 +144,12 @@ def test_the_form_summarises_its_errors_and_shows_only_the_chosen_kind(page, liv
     # the summary keeps what still applies: the batch size, not the timed phase a campaign does not have
     assert page.locator("#error-summary li:visible").all_inner_texts() == [links.nth(1).inner_text()]
     assert "1 setting to fix" in page.inner_text("#error-summary h2")
-    for hidden in ("#timing-settings", "#screen-settings", "#trial-preview", "input[name=min_valid_per_session]"):
+    for hidden in (
+        "#timing-settings",
+        "#screen-settings",
+        "#trial-preview",
+        "input[name=min_valid_per_session]",
+    ):
         assert not page.is_visible(hidden), hidden
     visible = page.eval_on_selector_all(
         "#corrective-settings label.field", "labels => labels.filter(l => l.offsetParent !== null).length"

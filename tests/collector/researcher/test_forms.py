@@ -161,7 +161,9 @@ def test_a_corrective_study_is_not_judged_by_the_timed_rules(alice, dataset):
 
 
 def test_a_timed_study_ignores_the_campaign_fields(dataset):
-    form = StudyForm(_valid(dataset, corrective_rounds=0, qualification_instances=99, qualification_enabled="on"))
+    form = StudyForm(
+        _valid(dataset, corrective_rounds=0, qualification_instances=99, qualification_enabled="on")
+    )
     assert form.is_valid(), form.errors
     fields = form.study_fields()
     assert (fields["corrective_rounds"], fields["qualification_instances"]) == (3, 3)
@@ -182,7 +184,9 @@ def test_the_page_shows_only_the_chosen_kind_and_an_error_summary(client, alice,
     assert '<a href="#id_batch_size" data-field="id_batch_size">Trials per batch: 10 is more than' in summary
     assert page.index('id="error-summary"') < page.index('id="study-form"'), "the summary comes first"
 
-    corrective = client.post("/researcher/studies/new/", _valid(dataset, kind="corrective", corrective_rounds=0))
+    corrective = client.post(
+        "/researcher/studies/new/", _valid(dataset, kind="corrective", corrective_rounds=0)
+    )
     page = corrective.content.decode()
     assert 'id="timing-settings" data-kind="timed" hidden' in page
     assert 'id="corrective-settings" data-kind="corrective">' in page
@@ -198,7 +202,10 @@ def test_the_form_starts_with_a_batch_the_dataset_can_give(client, alice, datase
     form = client.get("/researcher/studies/new/").context["form"]
     assert (form["batch_size"].value(), form["min_valid_per_session"].value()) == (10, 7)
     datasets = client.get("/researcher/studies/new/").context["datasets_data"]
-    assert {d["name"]: d["defaults"]["batch_size"] for d in datasets} == {"AAA twelve images": 10, dataset.name: 3}
+    assert {d["name"]: d["defaults"]["batch_size"] for d in datasets} == {
+        "AAA twelve images": 10,
+        dataset.name: 3,
+    }
     assert batch_defaults(images=5) == {"batch_size": 5, "min_valid_per_session": 4}  # the demo's 5 photos
 
 

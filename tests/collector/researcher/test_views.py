@@ -235,7 +235,9 @@ def _png(response) -> np.ndarray:
 def test_the_forms_highlighted_instance_is_the_players_green_outline(client, alice, dataset):
     instance = Instance.objects.filter(image__dataset=dataset).first()
     client.force_login(alice)
-    preview = _png(client.get(reverse("researcher:instance_preview", args=[instance.pk, "Highlighted_Instance"])))
+    preview = _png(
+        client.get(reverse("researcher:instance_preview", args=[instance.pk, "Highlighted_Instance"]))
+    )
     with instance.mask_file.open("rb") as handle:
         mask = np.asarray(PILImage.open(handle).convert("L")) > 127
     with instance.image.file.open("rb") as handle:
@@ -251,14 +253,18 @@ def test_the_forms_highlighted_instance_is_the_players_green_outline(client, ali
 def test_the_session_page_shows_each_trials_click_and_outline(client, alice, bob, alice_study):
     session = make_validated_batch(alice_study, device="pc", valid_positions={0})
     client.force_login(alice)
-    page = client.get(reverse("researcher:session_detail", args=[alice_study.pk, session.pk])).content.decode()
+    page = client.get(
+        reverse("researcher:session_detail", args=[alice_study.pk, session.pk])
+    ).content.decode()
     for position in range(3):
         url = reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, position])
         assert f'src="{url}"' in page
     trials = list(session.trials.select_related("click", "target__instance__image").order_by("position"))
     for trial in trials:
         picture = _png(
-            client.get(reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, trial.position]))
+            client.get(
+                reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, trial.position])
+            )
         )
         image = trial.target.instance.image
         assert picture.shape == (image.height, image.width, 3)  # 160x120: below the 480 px cap
@@ -280,9 +286,13 @@ def test_the_session_page_shows_each_trials_click_and_outline(client, alice, bob
 
 def test_target_names_read_as_image_and_object(client, alice, tmp_path, settings):
     settings.MEDIA_ROOT = tmp_path / "media"
-    dataset = make_dataset(tmp_path, n_images=2, objects_per_image=2, stems=["coins", "boat"], name="two objects")
+    dataset = make_dataset(
+        tmp_path, n_images=2, objects_per_image=2, stems=["coins", "boat"], name="two objects"
+    )
     study = make_study(dataset, publish=True, batch_size=2, min_valid_per_session=1, owner=alice)
-    target = study.rounds.get(number=1).targets.select_related("instance__image").get(full_stem="coins_______2")
+    target = (
+        study.rounds.get(number=1).targets.select_related("instance__image").get(full_stem="coins_______2")
+    )
     assert target.display_name == "coins · 2"
     correction = Target(round=target.round, instance=target.instance, click_type="fn", model_type="sam",
                         source_device="pc", source_index=3, full_stem="coins_______2_sam_fn_pc_3")  # fmt: skip
