@@ -17,13 +17,12 @@ from PIL import Image as PILImage
 from scipy import ndimage
 
 from benchmark.metrics import iou
+from benchmark.rclicks import drop_small_components, task_error_regions
 from benchmark.stems import full_stem_check
 from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import (
     MAX_PREVIOUS_IOU,
-    drop_small_components,
-    error_regions,
     round_build_next,
     round_build_retry,
     rounds_awaiting_build,
@@ -154,9 +153,9 @@ def test_small_components_are_dropped_before_the_area_check():
     assert int(kept.sum()) == 125 and not kept[30, 30]
     mask = np.zeros((40, 40), bool)
     previous = region.copy()  # everything is fp
-    regions = error_regions(mask=mask, previous=previous, ignore=None, min_area_px=101)
+    regions = task_error_regions(mask=mask, previous=previous, ignore=None, min_area_px=101)
     assert regions == {"fn": None, "fp": None}  # 126 px in total, but no component reaches 101
-    regions = error_regions(mask=mask, previous=previous, ignore=None, min_area_px=30)
+    regions = task_error_regions(mask=mask, previous=previous, ignore=None, min_area_px=30)
     assert regions["fn"] is None and int(regions["fp"].sum()) == 100
 
 
