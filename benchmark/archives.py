@@ -35,6 +35,8 @@ Progress = Callable[[int, int], None]
 _SKIPPED_TOP = frozenset({"__MACOSX"})
 _JUNK_NAMES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 _BLOCK = 1 << 20
+#: gzip, bzip2 and xz streams start with these bytes
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 
 
 class ArchiveError(ValueError):
@@ -53,8 +55,11 @@ def archive_kind(path: Path) -> str | None:
         return "zip"
     try:
         return "tar" if tarfile.is_tarfile(path) else None
-    except (OSError, tarfile.TarError):
-        return None
+    except (OSError, EOFError, tarfile.TarError, zlib.error, lzma.LZMAError):
+        # a compressed stream that breaks off: a damaged tar (extracting it says so), unless it is none of them
+        with open(path, "rb") as handle:
+            head = handle.read(6)
+        return "tar" if head.startswith(_COMPRESSED_MAGIC) else None
 
 
 def member_path(name: str, *, archive: str) -> PurePosixPath | None:

@@ -23,7 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.datasets import LAYOUTS, Dataset, DatasetError, dataset_content_hash, open_dataset
+from benchmark.datasets import (
+    LAYOUTS,
+    Dataset,
+    DatasetError,
+    dataset_content_hash,
+    guess_layout,
+    open_dataset,
+)
 from benchmark.engine import (
     EngineConfig,
     EngineError,
@@ -42,26 +49,6 @@ DEFAULT_OUT = Path("var") / "benchmark-runs"
 def equal_mass_groups(count: int) -> tuple[tuple[float, float], ...]:
     """``count`` clicking groups of equal probability mass: (k/count, (k+1)/count), k = 0..count-1."""
     return tuple((k / count, (k + 1) / count) for k in range(count))
-
-
-def guess_layout(root: Path) -> str:
-    """The layout of a dataset folder from its sub-folders and name; raises when ambiguous."""
-    lowered = root.name.lower()
-    for token, layout in (
-        ("coco", "coco_mval"),
-        ("tetris", "tetris"),
-        ("berkeley", "berkeley"),
-        ("davis", "davis"),
-    ):
-        if token in lowered:
-            return layout
-    if (root / "data_GT").is_dir():
-        return "grabcut"
-    if (root / "img").is_dir() and (root / "gt").is_dir():
-        return "davis"
-    raise DatasetError(
-        f"{root}: cannot tell the dataset layout from the folder; pass --layout (one of {', '.join(LAYOUTS)})."
-    )
 
 
 def _legacy_content_hash(dataset: Dataset) -> str:

@@ -263,6 +263,27 @@ def object_ids(path: Path, layout: str) -> list[int]:
 # opening a dataset
 
 
+def guess_layout(root: Path) -> str:
+    """The layout of a dataset folder from its sub-folders and name; raises when ambiguous."""
+    root = Path(root)
+    lowered = root.name.lower()
+    for token, layout in (
+        ("coco", "coco_mval"),
+        ("tetris", "tetris"),
+        ("berkeley", "berkeley"),
+        ("davis", "davis"),
+    ):
+        if token in lowered:
+            return layout
+    if (root / "data_GT").is_dir():
+        return "grabcut"
+    if (root / "img").is_dir() and (root / "gt").is_dir():
+        return "davis"
+    raise DatasetError(
+        f"{root}: cannot tell the dataset layout from the folder; pass --layout (one of {', '.join(LAYOUTS)})."
+    )
+
+
 def open_dataset(
     root: str | Path, layout: str, *, name: str | None = None, max_side: int | None = None
 ) -> Dataset:
