@@ -278,13 +278,15 @@ def _source_folder(job: DatasetImport, work: Path, progress: _Progress) -> tuple
     return archive_root(extracted), str(extracted)
 
 
-def _in_words(message: str, *, extracted: str, archive_name: str) -> str:
-    """Paths inside the extraction folder as ``<archive>/<path in the archive>``; the archive's own name for
-    messages naming the upload's stored file."""
-    if extracted:
-        for prefix in {str(Path(extracted).resolve()), extracted}:
-            message = message.replace(prefix, archive_name)
-    return message
+def _in_words(message: str, *, job: DatasetImport, extracted: str) -> str:
+    """Paths inside the extraction folder as ``<archive>/<path in the archive>``, and the archive's own name
+    where a message names the upload's stored file."""
+    if job.source != DatasetImport.Source.ARCHIVE:
+        return message
+    for prefix in {str(Path(extracted).resolve()), extracted} - {""}:
+        message = message.replace(prefix, job.archive_name)
+    stored = Path(job.archive.name).name if job.archive else ""
+    return message.replace(stored, job.archive_name) if stored else message
 
 
 def dataset_import_run(*, import_id: int) -> DatasetImport | None:
@@ -307,7 +309,7 @@ def dataset_import_run(*, import_id: int) -> DatasetImport | None:
             source=f"upload: {job.archive_name}" if job.source == DatasetImport.Source.ARCHIVE else None,
         )
     except (ImportFailed, ArchiveError, DatasetError) as error:
-        message = _in_words(str(error), extracted=extracted, archive_name=job.archive_name)
+        message = _in_words(str(error), job=job, extracted=extracted)
         _finish(job, work, state=DatasetImport.State.FAILED, error=message)
         logger.info("dataset import failed", extra={"dataset_import_id": job.pk, "reason": message})
     except Exception as error:  # a bug or the disk: recorded for the page, then the task's own error
