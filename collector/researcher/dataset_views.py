@@ -58,6 +58,7 @@ def _limits_context() -> dict:
         "upload_limit": import_services.size_text(limits.upload_max_bytes),
         "archive_limit": import_services.size_text(limits.archive_max_bytes),
         "suffixes": ", ".join(import_services.ARCHIVE_SUFFIXES),
+        "members_limit": f"{limits.archive_max_members:,}",
     }
 
 
@@ -134,10 +135,9 @@ def _import_post(request, limit: UploadLimit):
 
 
 def _status_context(job: DatasetImport) -> dict:
-    percent = None
-    if job.total:
-        percent = min(100, round(100 * job.done / job.total))
-    return {"job": job, "percent": percent, "now": timezone.now()}
+    percent = min(100, round(100 * job.done / job.total)) if job.total else None
+    took = (job.finished_at - job.started_at).total_seconds() if job.started_at and job.finished_at else None
+    return {"job": job, "percent": percent, "took_s": took}
 
 
 @researcher_required
