@@ -225,7 +225,7 @@ def _open_with_clicks(
         dataset = open_dataset(args.dataset, layout, name=args.name, max_side=args.max_side)
         content_hash = dataset_content_hash(dataset)
         real = _real_first_clicks(args.clicks, dataset, args.device) if args.clicks else {}
-        source = {"clicks": str(args.clicks)} if args.clicks else {}
+        source: dict = {"clicks": str(args.clicks)} if args.clicks else {}
         return dataset, content_hash, real, source
     if args.clicks:
         raise EngineError("pass --export (a whole export) or --clicks (a clicks CSV), not both.")

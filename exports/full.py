@@ -388,7 +388,7 @@ def full_export(
         if on_message:
             on_message(message)
     manifest.update(file=path.name, rows=written, messages=result.messages)
-    result.manifest_path.write_text(
+    manifest_path_of(path).write_text(
         json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     logger.info("full export written", extra={"study_ids": ids, "rows": written, "path": str(path)})

@@ -132,7 +132,9 @@ def test_a_zip_member_whose_header_lies_about_its_size_is_refused(tmp_path):
     data = data.replace(declared, (100).to_bytes(4, "little"))
     archive.write_bytes(bytes(data))
     # zipfile reads only the declared bytes, so the data fails its CRC (the copy also counts against the header)
-    with pytest.raises(ArchiveError, match=r"liar.zip: the archive is damaged or truncated \(BadZipFile: Bad CRC"):
+    with pytest.raises(
+        ArchiveError, match=r"liar.zip: the archive is damaged or truncated \(BadZipFile: Bad CRC"
+    ):
         extract_archive(archive, tmp_path / "out", limits=LIMITS)
     assert not (tmp_path / "out").exists()
 
