@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('collector', '0008_corrective_qualification'),
+        ('collector', '0009_dataset_imports'),
     ]
 
     operations = [
