@@ -8,7 +8,9 @@
                       device, state, mask round, model id/variant/checkpoint sha256, IoU vs ground truth.
     masks/<image stem>[_<object stem>]_<item id>.png   the same masks, 0/255 PNG at the image's size.
     clicks.csv        the full click log: session, worker pseudonym, device, item, image, object, round, order,
-                      sign, x, y (canonical pixels), pointer, ms since the item was shown, undone, received at.
+                      sign, x, y (canonical pixels as stored: the shortest decimal that reads back to the exact
+                      float the player sent, so ``collector.services.corrective_simulation.corrective_replay``
+                      replays the campaign bit for bit), pointer, ms since the item was shown, undone, received at.
     report.json       the seed's analyses: clicks per round, skips, time per instance and per round, mIoU per
                       round vs ground truth (mask after round r), and the quality-vs-time curve
                       (mean IoU against mean cumulative worker time after each round).
@@ -179,7 +181,7 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
             writer.writerow(
                 [click.item.session_id, click.item.session.worker.pseudonym, click.item.session.device, click.item_id,
                  instance.image.stem, instance.object_stem, click.round, click.order,
-                 "positive" if click.is_positive else "negative", f"{click.x:.2f}", f"{click.y:.2f}",
+                 "positive" if click.is_positive else "negative", repr(click.x), repr(click.y),
                  click.pointer_type, "" if click.item_ms is None else f"{click.item_ms:.1f}", int(click.undone),
                  click.received_at.isoformat()]
             )  # fmt: skip
