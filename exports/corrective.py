@@ -12,7 +12,9 @@
                       float the player sent, so ``collector.services.corrective_simulation.corrective_replay``
                       replays the campaign bit for bit), pointer, ms since the item was shown, undone, received at.
     report.json       the seed's analyses: clicks per round, skips, time per instance and per round, mIoU per
-                      round vs ground truth (mask after round r), and the quality-vs-time curve
+                      round vs ground truth (``miou_per_round``: the masks made after round r;
+                      ``miou_after_round``: every finished instance's mask in effect after round r, the last
+                      one carried on for an instance that ended earlier), and the quality-vs-time curve
                       (mean IoU against mean cumulative worker time after each round).
     quality_vs_time.png   that curve (matplotlib).
 
@@ -218,6 +220,7 @@ def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
         if by_round.get(number):
             curve.append({"round": number, "mean_cumulative_ms": elapsed, "miou": mean(by_round[number])})
     finished = [i for i in items if i.state in FINISHED]
+    in_effect = _miou_in_effect(masks, finished_ids={i.pk for i in finished}, rounds=study.corrective_rounds)
     return {
         "study_id": study.pk,
         "settings": {
@@ -239,11 +242,31 @@ def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
         "time_per_round_ms": {str(r): mean(round_ms.get(r, [])) for r in rounds},
         "miou_per_round": {str(r): mean(by_round.get(r, [])) for r in rounds},
         "masks_per_round": {str(r): len(by_round.get(r, [])) for r in rounds},
+        "miou_after_round": {str(r): mean(values) for r, values in sorted(in_effect.items())},
+        "instances_after_round": {str(r): len(values) for r, values in sorted(in_effect.items())},
         "final_miou": mean(
             [i.current_mask.iou for i in finished if i.current_mask and i.current_mask.iou is not None]
         ),
         "quality_vs_time": curve,
     }
+
+
+def _miou_in_effect(masks: list, *, finished_ids: set[int], rounds: int) -> dict[int, list[float]]:
+    """IoUs of each finished instance's mask in effect after round r, for r = 0..the last round (an instance that
+    ended earlier keeps its last mask), so every round averages the same instances: the seed's mIoU-per-round."""
+    per_item: defaultdict[int, dict[int, float]] = defaultdict(dict)
+    for mask in masks:
+        if mask.item_id in finished_ids and mask.iou is not None:
+            per_item[mask.item_id][mask.round] = mask.iou
+    last = max([rounds, *(r for by_round in per_item.values() for r in by_round)])
+    in_effect: defaultdict[int, list[float]] = defaultdict(list)
+    for by_round in per_item.values():
+        current = None
+        for number in range(last + 1):
+            current = by_round.get(number, current)
+            if current is not None:
+                in_effect[number].append(current)
+    return dict(in_effect)
 
 
 def _plot_quality_vs_time(report: dict, path: Path) -> None:
