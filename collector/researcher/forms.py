@@ -9,7 +9,7 @@ from django.core.validators import RegexValidator
 
 from collector.models import Study
 from collector.selectors.segmenters import segmenter_options
-from collector.services.study_rules import STUDY_RULES
+from collector.services.study_rules import study_rules_for
 
 #: The corrective-campaign fields (their own fieldset in the form), last in the study's field list.
 CORRECTIVE_FORM_FIELDS = (
@@ -222,11 +222,11 @@ class StudyForm(forms.ModelForm):
         return self._defaulted("qualification_min_gain")
 
     def clean(self):
-        """Each rule of ``collector.services.study_rules.STUDY_RULES`` (one function per rule, checked
-        against the chosen dataset) adds its messages to the field at fault; a field with an error leaves
-        ``cleaned_data``, so later rules do not judge it again."""
+        """Each rule of the chosen kind (``collector.services.study_rules.study_rules_for``: one function per
+        rule, checked against the chosen dataset) adds its messages to the field at fault; a field with an error
+        leaves ``cleaned_data``, so later rules do not judge it again."""
         cleaned = super().clean()
-        for rule in STUDY_RULES:
+        for rule in study_rules_for(cleaned.get("kind")):
             for field, message in rule(cleaned, cleaned.get("dataset")):
                 if field in cleaned:
                     self.add_error(field, message)
