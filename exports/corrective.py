@@ -17,6 +17,8 @@
                       one carried on for an instance that ended earlier), and the quality-vs-time curve
                       (mean IoU against mean cumulative worker time after each round).
     quality_vs_time.png   that curve (matplotlib).
+    quality.json      with ``top_percent``: the quality model Mr (``collector.selectors.corrective_quality``): how it
+                      was trained, how well it ranks, whether to trust it, and which masks were kept.
 
 Instances of failed items are left out of the masks (they are counted in the report). Reads only.
 """
@@ -80,8 +82,10 @@ def _object_name(instance) -> str:
 
 def corrective_export(*, study_id: int, out_dir, top_percent: float | None = None) -> CorrectiveExport:
     """Write the campaign's outputs (see the module docstring) into ``out_dir`` (created). With ``top_percent``
-    the masks are only the best N % by the quality model Mr's predicted IoU (``exports.corrective_quality``),
-    each with its prediction, and ``quality.json`` holds Mr's held-out Spearman correlation."""
+    the masks are only the best N % by the quality model Mr's predicted IoU
+    (``collector.selectors.corrective_quality``), each with its prediction, and ``quality.json`` says how Mr was trained (model, parameters, target, split,
+    seed, held-out ids), how well it ranks (held-out and cross-validated Spearman, with the spread and whether
+    there are enough instances to trust it) and what was kept."""
     study = Study.objects.filter(pk=study_id).first()
     if study is None:
         raise ExportError(f"study {study_id} does not exist.")
@@ -95,19 +99,7 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
 
     ranking, kept = None, None
     if top_percent is not None:
-        from exports.corrective_quality import quality_ranking, top_items
-
-        ranking = quality_ranking(study_id=study.pk)
-        kept = top_items(ranking, top_percent=top_percent)
-        quality = {
-            "top_percent": top_percent,
-            "kept": len(kept),
-            "spearman_heldout": ranking.spearman,
-            "heldout": len(ranking.heldout),
-            "n_train": ranking.n_train,
-            "feature_importances": ranking.importances,
-        }
-        (out / "quality.json").write_text(json.dumps(quality, indent=1))
+        ranking, kept = _quality_write(study, out, top_percent=top_percent)
 
     images: dict[int, dict[str, Any]] = {}  # COCO's images and annotations, by image id
     annotations: list[dict[str, Any]] = []
@@ -192,6 +184,35 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
     (out / "report.json").write_text(json.dumps(report, indent=1))
     _plot_quality_vs_time(report, out / "quality_vs_time.png")
     return CorrectiveExport(out_dir=out, annotations=len(annotations), clicks=len(clicks), report=report)
+
+
+def _quality_write(study: Study, out: Path, *, top_percent: float):
+    """Fit Mr (``collector.selectors.corrective_quality``), write quality.json (how it was trained, how well it
+    ranks, whether to trust it, what was kept) and return (ranking, the kept item ids)."""
+    from collector.selectors.corrective_quality import (
+        QualityModelError,
+        kept_count,
+        quality_ranking,
+        top_items,
+    )
+
+    try:
+        kept_count(1, top_percent)  # a bad percentage is refused before the model is fitted
+        ranking = quality_ranking(study_id=study.pk)
+    except QualityModelError as exc:
+        raise ExportError(str(exc)) from None
+    kept = top_items(ranking, top_percent=top_percent)
+    quality = {
+        **ranking.training(),
+        "top_percent": top_percent,
+        "kept": len(kept),
+        "of": len(ranking.predicted),
+        "kept_rule": "the nearest whole number of instances to top_percent % of the finished ones (halves up, at "
+        "least one), by Mr's estimate, ties by item id",
+        "kept_ids": kept,
+    }
+    (out / "quality.json").write_text(json.dumps(quality, indent=1))
+    return ranking, set(kept)
 
 
 def corrective_report(*, study: Study, items: list, clicks: list) -> dict:

@@ -135,18 +135,24 @@ class Predictor(abc.ABC):
         (every click so far, in order, this round's last) were made on ``previous_mask`` (bool (H, W), the
         mask the worker corrected; None when there is none yet).
 
-        Default, for click models: the round's clicks one at a time, each with every click so far; the
-        first one with :meth:`prior_from_mask` of ``previous_mask`` as ``previous_logits``, each later
-        one with the logits of the click before it, as interactive models consume clicks.
+        How a model takes them is its ``_round``; the default, for click models: the round's clicks one at a time,
+        each with every click so far; the first one with :meth:`prior_from_mask` of ``previous_mask`` as
+        ``previous_logits``, each later one with the logits of the click before it, as interactive models consume
+        clicks.
         """
         if not 1 <= new_clicks <= len(clicks):
             raise SegmenterError(
                 f"correct(): new_clicks={new_clicks} must be between 1 and the {len(clicks)} click(s) given"
             )
-        logits = None if previous_mask is None else self.prior_from_mask(embedding, previous_mask)
+        previous = None if previous_mask is None else np.asarray(previous_mask, dtype=bool)
+        return self._round(embedding, list(clicks), new_clicks, previous)
+
+    def _round(self, embedding: Embedding, clicks: list[Click], new: int, previous: Any) -> Prediction:
+        """:meth:`correct` with its arguments checked (``previous``: a bool (H, W) mask or None)."""
+        logits = None if previous is None else self.prior_from_mask(embedding, previous)
         prediction = None
-        for count in range(len(clicks) - new_clicks + 1, len(clicks) + 1):
+        for count in range(len(clicks) - new + 1, len(clicks) + 1):
             prediction = self.predict(embedding, clicks[:count], logits)
             logits = prediction.logits if prediction.logits is not None else self.predict_mask(prediction)
-        assert prediction is not None  # new_clicks >= 1: the loop ran
+        assert prediction is not None  # new >= 1 (checked by correct): the loop ran
         return prediction

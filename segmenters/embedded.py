@@ -21,7 +21,7 @@ How a prediction is made (all at a working resolution, long side ``work_long_sid
    diagonal around the newest click; outside it the previous mask is kept, so a correction cannot
    undo the parts the user already accepted.
 
-A corrective round (:meth:`EmbeddedPredictor.correct`, seed 001's Mb+c: image + previous mask + every click so
+A corrective round (:meth:`Predictor.correct`, here ``EmbeddedPredictor._round``; seed 001's Mb+c: image + previous mask + every click so
 far) is one GrabCut over the whole working image, not a click-by-click walk:
 
 1. The previous mask is the trimap, as hard labels: the parts the worker did not click stay as they were
@@ -221,36 +221,22 @@ class EmbeddedPredictor(Predictor):
             mask = self._segment(payload, work_clicks, previous, seed)
         return self._prediction(mask, (height, width))
 
-    def correct(
-        self,
-        embedding: Embedding,
-        clicks: Sequence[Click],
-        *,
-        new_clicks: int,
-        previous_mask: np.ndarray | None,
-    ) -> Prediction:
-        """One corrective round in one GrabCut (module docstring): ``previous_mask`` (bool (H, W)) corrected by
-        the last ``new_clicks`` of ``clicks`` (every click so far). Without a previous mask (or an empty one)
-        it is :meth:`predict` of all the clicks."""
-        if not 1 <= new_clicks <= len(clicks):
-            raise SegmenterError(
-                f"correct(): new_clicks={new_clicks} must be between 1 and the {len(clicks)} click(s) given"
-            )
+    def _round(self, embedding: Embedding, clicks: list[Click], new: int, previous: Any) -> Prediction:
+        """One corrective round in one GrabCut (module docstring): ``previous`` (bool (H, W)) corrected by the last
+        ``new`` of ``clicks`` (every click so far). Without a previous mask (or an empty one) it is
+        :meth:`predict` of all the clicks."""
         payload = self._payload(embedding)
         height, width = embedding.image_shape
         work_shape = payload.image_bgr.shape[:2]
-        previous = (
-            None
-            if previous_mask is None
-            else self._previous_mask(np.asarray(previous_mask, bool), embedding.image_shape, work_shape)
-        )
+        if previous is not None:
+            previous = self._previous_mask(previous, embedding.image_shape, work_shape)
         if previous is None or not previous.any():
             return self.predict(embedding, clicks, None)
         work_clicks = [
             _scaled_click(click, payload.scale, work_shape[1], work_shape[0], height, width)
             for click in clicks
         ]
-        trimap, zones = self._correction_trimap(payload, previous, work_clicks, new_clicks)
+        trimap, zones = self._correction_trimap(payload, previous, work_clicks, new)
         mask = self._grabcut(payload.image_bgr, trimap, self._grabcut_seed(payload, clicks, previous))
         count, labels = cv2.connectedComponents(mask.astype(np.uint8), connectivity=8)
         keep = np.zeros(count, bool)
