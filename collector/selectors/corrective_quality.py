@@ -59,6 +59,9 @@ CV_REPEATS = 3
 #: Below this many instances with ground truth the figures are reported with a plain warning (at 30, a random
 #: ranking's Spearman still reaches +-0.36 one time in 20).
 MIN_TRUSTED_INSTANCES = 30
+#: Below this many, whatever the figures, the verdict is that they cannot tell Mr from chance (5-fold folds of one
+#: or two instances; a 2-instance hold-out's Spearman is +-1 by construction).
+MIN_INDICATIVE_INSTANCES = 10
 DEFAULT_HOLDOUT = 0.3
 DEFAULT_SEED = 0
 FITS_KEPT = 8
@@ -122,6 +125,14 @@ class QualityRanking:
     def verdict(self) -> str:
         """One plain sentence on whether Mr's figures can be trusted, and why."""
         n, band, mean = self.n_with_truth, self.chance_band, self.cv.mean
+        if MIN_INDICATIVE_INSTANCES <= n < MIN_TRUSTED_INSTANCES and mean is not None and mean > band:
+            return (
+                f"Too few instances to trust fully: Mr was trained and checked on {n} instances with ground truth. "
+                f"Its cross-validated Spearman {mean:.2f} ± {self.cv.sd:.2f} is beyond ±{band:.2f}, what a ranking "
+                f"that knows nothing reaches one time in 20 on {n} instances, but on fewer than "
+                f"{MIN_TRUSTED_INSTANCES} the figure itself is rough; collect at least {MIN_TRUSTED_INSTANCES} "
+                "instances."
+            )
         if n < MIN_TRUSTED_INSTANCES:
             return (
                 f"Too few instances to trust: Mr was trained and checked on {n} instances with ground truth. On "

@@ -166,3 +166,32 @@ def test_too_few_instances_are_refused_by_number(tmp_path, settings):
         corrective_export(study_id=study.pk, out_dir=tmp_path / "out", top_percent=50)
     with pytest.raises(QualityModelError, match="top_percent=0"):
         kept_count(8, 0)
+
+
+def _ranking(n: int, cv: list[float | None]):
+    from collector.selectors.corrective_quality import CrossValidation, QualityRanking
+
+    return QualityRanking(predicted={i: 0.5 for i in range(n)}, true_iou={i: 0.5 for i in range(n)}, train=[],
+                          heldout=[], spearman=None, cv=CrossValidation(folds=5, repeats=len(cv), spearman_per_repeat=cv),
+                          importances={}, holdout=0.3, seed=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("n", "cv", "trusted", "start"),
+    [
+        (5, [1.0, 1.0, 1.0], False, "Too few instances to trust: Mr was trained and checked on 5 instances"),
+        (21, [0.6, 0.65, 0.7], False, "Too few instances to trust fully"),  # beyond ±0.44, but only 21
+        (50, [0.1, 0.2, 0.15], False, "Mr ranks no better than chance here"),  # within ±0.28
+        (50, [None, None, None], False, "Mr cannot be judged"),
+        (
+            50,
+            [0.5, 0.6, 0.55],
+            True,
+            "Mr ranks better than chance: cross-validated Spearman 0.55 ± 0.04 on 50",
+        ),
+    ],
+)
+def test_the_verdict_says_plainly_whether_to_trust_mr(n, cv, trusted, start):
+    ranking = _ranking(n, cv)
+    assert ranking.trusted is trusted and ranking.verdict.startswith(start), ranking.verdict
+    assert ranking.chance_band == pytest.approx(1.96 / np.sqrt(n - 1))
