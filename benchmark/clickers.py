@@ -834,7 +834,8 @@ class AnnotatorSimulator:
             return [(float(x), float(y)) for x, y in _boundary_points(region, count)]
         pieces = _partition(region, count)
         if self.mode == "center":
-            return [tuple(map(float, _first_argmax_xy(padded_distance(piece)))) for piece in pieces]
+            centres = [_first_argmax_xy(padded_distance(piece)) for piece in pieces]
+            return [(float(x), float(y)) for x, y in centres]
         targets = []
         for piece in pieces:
             ys, xs = np.nonzero(piece)

@@ -38,7 +38,11 @@ def test_seed_001_annotators_raise_the_mean_iou_every_round_on_grabcut(grabcut_r
         )
     dataset = dataset_import(path=subset, layout="grabcut", name="GrabCut").dataset
     study = make_study(dataset, publish=True, kind="corrective", batch_size=N_INSTANCES, quota_pc=1)
-    assert (study.corrective_init, study.corrective_rounds, study.corrective_clicks_per_round) == ("box", 3, 4)
+    assert (study.corrective_init, study.corrective_rounds, study.corrective_clicks_per_round) == (
+        "box",
+        3,
+        4,
+    )
     assert study.next_round_segmenter == "" and settings.NEXT_ROUND_SEGMENTERS == ["embedded"]
     result = corrective_simulate(study_id=study.pk, seed=1, max_sessions=1)
     assert (result.sessions, result.items) == (1, N_INSTANCES)

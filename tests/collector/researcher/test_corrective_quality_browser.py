@@ -75,7 +75,9 @@ def test_the_quality_ranking_and_the_top_percent_download(chromium, live_server,
         # the study page's download with a chosen N: the zip keeps exactly the top 25 % (2 of 8)
         page.goto(f"{live_server.url}/researcher/studies/{campaign.pk}/")
         page.fill("#corrective-download #top-percent", "25")
-        page.locator("#corrective-download").screenshot(path=str(SCREENSHOTS / "researcher-quality-download.png"))
+        page.locator("#corrective-download").screenshot(
+            path=str(SCREENSHOTS / "researcher-quality-download.png")
+        )
         with page.expect_download() as download:
             page.click("#corrective-download button[type=submit]")
         path = tmp_path / "top25.zip"
