@@ -12,7 +12,8 @@ Clickers:
 * :class:`ReplayClicker` -- the recorded real first-round clicks, one per trajectory.
 * :class:`AnnotatorSimulator` -- the seed-001 annotator: k clicks per round over error regions
   chosen with probability proportional to their area, regions below a minimum size ignored,
-  region-centre or boundary clicks, N(0, sigma) click noise.
+  region-centre, uniform-in-region or boundary clicks, N(0, sigma) click noise, largest region first
+  (``AnnotatorSimulator.seed_001``: the seed's 3 px, 10 x 10 px and 4 clicks).
 """
 
 from __future__ import annotations
@@ -724,16 +725,28 @@ def _boundary_points(region: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return [(int(x), int(y)) for x, y in points]
 
 
+#: Seed 001's annotator model (Benenson et al. 2019): click noise N(0, 3 px) (§3.1), error regions under 10 x 10
+#: px left alone (the campaign's "minimal click region of 10^2 pixels", §4.1), up to 4 clicks per round (§4.1).
+SEED_001_NOISE_SIGMA_PX = 3.0
+SEED_001_MIN_REGION_PX = 100
+SEED_001_CLICKS_PER_ROUND = 4
+ANNOTATOR_MODES = ("center", "uniform", "boundary")
+
+
 class AnnotatorSimulator:
     """The seed-001 simulated annotator (Benenson et al., 'Large-scale interactive object segmentation').
 
-    Each round gives up to ``clicks_per_round`` clicks. Error regions are the 8-connected components
-    of fn and fp with at least ``min_region_px`` pixels (the paper ignores regions smaller than x*x
-    px). Each click picks a region with probability proportional to its area (with replacement);
-    a region that gets m clicks is split into m parts of about equal area (``mode="center"``:
-    each click at the deepest point of its part) or its outline into m equal arcs
-    (``mode="boundary"``). Then N(0, noise_sigma_px) noise is added to x and y and the click is
-    clipped into the image; its sign is that of the region it aimed at. No region left: [].
+    Each round gives up to ``clicks_per_round`` clicks. Error regions are the 8-connected components of fn and
+    fp (the ignore band left out) with at least ``min_region_px`` pixels (the seed ignores regions under x*x
+    px). Region choice (§3.2.2): each click picks a region with probability proportional to its area (with
+    replacement), and a region that gets m clicks is split into m parts of about equal area along its
+    principal axis. Where in its part a click goes (``mode``): ``"center"``, the part's deepest point (the
+    seed's region-centre clicks, its simulations' default); ``"uniform"``, a pixel drawn uniformly from the
+    part (the near-uniform clicks inside error regions the seed's campaign observed, §4.1); ``"boundary"``,
+    points splitting the region's outline into m equal arcs. Click error: N(0, ``noise_sigma_px``) on x and y
+    (§3.1), then clipped into the image; the sign is that of the region aimed at. Order: the clicks of the
+    largest region first, then the next largest (annotators click large-to-small, §5.2.1). No region left:
+    [] (the mask is fine). :meth:`seed_001` builds it with the seed's numbers.
     """
 
     name = "annotator"
@@ -742,13 +755,15 @@ class AnnotatorSimulator:
         self,
         *,
         rng: np.random.Generator,
-        noise_sigma_px: float = 3.0,
+        noise_sigma_px: float = SEED_001_NOISE_SIGMA_PX,
         min_region_px: int = 1,
         mode: str = "center",
         clicks_per_round: int = 3,
     ) -> None:
-        if mode not in ("center", "boundary"):
-            raise ValueError(f"AnnotatorSimulator mode={mode!r}: use 'center' or 'boundary'.")
+        if mode not in ANNOTATOR_MODES:
+            raise ValueError(
+                f"AnnotatorSimulator mode={mode!r}: use one of {', '.join(map(repr, ANNOTATOR_MODES))}."
+            )
         if clicks_per_round < 1:
             raise ValueError(f"AnnotatorSimulator clicks_per_round={clicks_per_round} must be >= 1.")
         if noise_sigma_px < 0:
@@ -760,6 +775,25 @@ class AnnotatorSimulator:
         )
         self.mode, self.clicks_per_round = mode, int(clicks_per_round)
         self._state = _TrajectoryState()
+
+    @classmethod
+    def seed_001(
+        cls,
+        *,
+        rng: np.random.Generator,
+        clicks_per_round: int = SEED_001_CLICKS_PER_ROUND,
+        mode: str = "center",
+        noise_sigma_px: float = SEED_001_NOISE_SIGMA_PX,
+        min_region_px: int = SEED_001_MIN_REGION_PX,
+    ) -> AnnotatorSimulator:
+        """The annotator of seed 001's campaign setup: 3 px click noise, regions of 100 px or more, 4 clicks."""
+        return cls(
+            rng=rng,
+            noise_sigma_px=noise_sigma_px,
+            min_region_px=min_region_px,
+            mode=mode,
+            clicks_per_round=clicks_per_round,
+        )
 
     def start(self, *, image: np.ndarray, gt: np.ndarray, ignore: np.ndarray) -> None:
         self._state.begin(image=image, gt=gt, ignore=ignore)
@@ -774,17 +808,11 @@ class AnnotatorSimulator:
         areas = np.array([r.sum() for r, _ in regions], dtype=np.float64)
         counts = self.rng.multinomial(self.clicks_per_round, areas / areas.sum())
         height, width = state.gt.shape
-        clicks: list[Click] = []
-        for (region, is_positive), count in zip(regions, counts):
+        aimed: list[tuple[float, Click]] = []  # (region area, click)
+        for (region, is_positive), count, area in zip(regions, counts, areas):
             if count == 0:
                 continue
-            if self.mode == "center":
-                targets = [
-                    _first_argmax_xy(padded_distance(piece)) for piece in _partition(region, int(count))
-                ]
-            else:
-                targets = _boundary_points(region, int(count))
-            for x, y in targets:
+            for x, y in self._targets(region, int(count)):
                 noise = (
                     self.rng.normal(0.0, self.noise_sigma_px, size=2)
                     if self.noise_sigma_px > 0
@@ -796,8 +824,24 @@ class AnnotatorSimulator:
                     is_positive=is_positive,
                 )
                 state.mark(click)
-                clicks.append(click)
-        return clicks
+                aimed.append((float(area), click))
+        aimed.sort(key=lambda pair: -pair[0])  # stable: a region's own clicks keep their order
+        return [click for _, click in aimed]
+
+    def _targets(self, region: np.ndarray, count: int) -> list[tuple[float, float]]:
+        """Where the ``count`` clicks aimed at ``region`` go, before the noise (class docstring)."""
+        if self.mode == "boundary":
+            return [(float(x), float(y)) for x, y in _boundary_points(region, count)]
+        pieces = _partition(region, count)
+        if self.mode == "center":
+            centres = [_first_argmax_xy(padded_distance(piece)) for piece in pieces]
+            return [(float(x), float(y)) for x, y in centres]
+        targets = []
+        for piece in pieces:
+            ys, xs = np.nonzero(piece)
+            index = int(self.rng.integers(len(xs)))
+            targets.append((float(xs[index]), float(ys[index])))
+        return targets
 
 
 def clicks_to_array(clicks: Sequence[Click]) -> np.ndarray:

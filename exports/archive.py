@@ -61,14 +61,15 @@ def full_file_write(*, study_ids: list[int], format: str) -> tuple[IO[bytes], Fu
     return handle, result
 
 
-def corrective_zip_write(*, study_id: int) -> tuple[IO[bytes], object]:
-    """A corrective campaign's outputs (``exports.corrective``) zipped in an open temp file."""
+def corrective_zip_write(*, study_id: int, top_percent: float | None = None) -> tuple[IO[bytes], object]:
+    """A corrective campaign's outputs (``exports.corrective``; with ``top_percent`` only the best N % by Mr)
+    zipped in an open temp file."""
     from exports.corrective import corrective_export
 
     handle = tempfile.TemporaryFile(suffix=".zip")
     try:
         with tempfile.TemporaryDirectory(prefix="clicklab-corrective-") as folder:
-            result = corrective_export(study_id=study_id, out_dir=folder)
+            result = corrective_export(study_id=study_id, out_dir=folder, top_percent=top_percent)
             _folder_zip(folder, handle)
     except BaseException:
         handle.close()

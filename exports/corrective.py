@@ -8,11 +8,17 @@
                       device, state, mask round, model id/variant/checkpoint sha256, IoU vs ground truth.
     masks/<image stem>[_<object stem>]_<item id>.png   the same masks, 0/255 PNG at the image's size.
     clicks.csv        the full click log: session, worker pseudonym, device, item, image, object, round, order,
-                      sign, x, y (canonical pixels), pointer, ms since the item was shown, undone, received at.
+                      sign, x, y (canonical pixels as stored: the shortest decimal that reads back to the exact
+                      float the player sent, so ``collector.services.corrective_simulation.corrective_replay``
+                      replays the campaign bit for bit), pointer, ms since the item was shown, undone, received at.
     report.json       the seed's analyses: clicks per round, skips, time per instance and per round, mIoU per
-                      round vs ground truth (mask after round r), and the quality-vs-time curve
+                      round vs ground truth (``miou_per_round``: the masks made after round r;
+                      ``miou_after_round``: every finished instance's mask in effect after round r, the last
+                      one carried on for an instance that ended earlier), and the quality-vs-time curve
                       (mean IoU against mean cumulative worker time after each round).
     quality_vs_time.png   that curve (matplotlib).
+    quality.json      with ``top_percent``: the quality model Mr (``collector.selectors.corrective_quality``): how it
+                      was trained, how well it ranks, whether to trust it, and which masks were kept.
 
 Instances of failed items are left out of the masks (they are counted in the report). Reads only.
 """
@@ -76,8 +82,10 @@ def _object_name(instance) -> str:
 
 def corrective_export(*, study_id: int, out_dir, top_percent: float | None = None) -> CorrectiveExport:
     """Write the campaign's outputs (see the module docstring) into ``out_dir`` (created). With ``top_percent``
-    the masks are only the best N % by the quality model Mr's predicted IoU (``exports.corrective_quality``),
-    each with its prediction, and ``quality.json`` holds Mr's held-out Spearman correlation."""
+    the masks are only the best N % by the quality model Mr's predicted IoU
+    (``collector.selectors.corrective_quality``), each with its prediction, and ``quality.json`` says how Mr was trained (model, parameters, target, split,
+    seed, held-out ids), how well it ranks (held-out and cross-validated Spearman, with the spread and whether
+    there are enough instances to trust it) and what was kept."""
     study = Study.objects.filter(pk=study_id).first()
     if study is None:
         raise ExportError(f"study {study_id} does not exist.")
@@ -91,19 +99,7 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
 
     ranking, kept = None, None
     if top_percent is not None:
-        from exports.corrective_quality import quality_ranking, top_items
-
-        ranking = quality_ranking(study_id=study.pk)
-        kept = top_items(ranking, top_percent=top_percent)
-        quality = {
-            "top_percent": top_percent,
-            "kept": len(kept),
-            "spearman_heldout": ranking.spearman,
-            "heldout": len(ranking.heldout),
-            "n_train": ranking.n_train,
-            "feature_importances": ranking.importances,
-        }
-        (out / "quality.json").write_text(json.dumps(quality, indent=1))
+        ranking, kept = _quality_write(study, out, top_percent=top_percent)
 
     images: dict[int, dict[str, Any]] = {}  # COCO's images and annotations, by image id
     annotations: list[dict[str, Any]] = []
@@ -179,7 +175,7 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
             writer.writerow(
                 [click.item.session_id, click.item.session.worker.pseudonym, click.item.session.device, click.item_id,
                  instance.image.stem, instance.object_stem, click.round, click.order,
-                 "positive" if click.is_positive else "negative", f"{click.x:.2f}", f"{click.y:.2f}",
+                 "positive" if click.is_positive else "negative", repr(click.x), repr(click.y),
                  click.pointer_type, "" if click.item_ms is None else f"{click.item_ms:.1f}", int(click.undone),
                  click.received_at.isoformat()]
             )  # fmt: skip
@@ -188,6 +184,35 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
     (out / "report.json").write_text(json.dumps(report, indent=1))
     _plot_quality_vs_time(report, out / "quality_vs_time.png")
     return CorrectiveExport(out_dir=out, annotations=len(annotations), clicks=len(clicks), report=report)
+
+
+def _quality_write(study: Study, out: Path, *, top_percent: float):
+    """Fit Mr (``collector.selectors.corrective_quality``), write quality.json (how it was trained, how well it
+    ranks, whether to trust it, what was kept) and return (ranking, the kept item ids)."""
+    from collector.selectors.corrective_quality import (
+        QualityModelError,
+        kept_count,
+        quality_ranking,
+        top_items,
+    )
+
+    try:
+        kept_count(1, top_percent)  # a bad percentage is refused before the model is fitted
+        ranking = quality_ranking(study_id=study.pk)
+    except QualityModelError as exc:
+        raise ExportError(str(exc)) from None
+    kept = top_items(ranking, top_percent=top_percent)
+    quality = {
+        **ranking.training(),
+        "top_percent": top_percent,
+        "kept": len(kept),
+        "of": len(ranking.predicted),
+        "kept_rule": "the nearest whole number of instances to top_percent % of the finished ones (halves up, at "
+        "least one), by Mr's estimate, ties by item id",
+        "kept_ids": kept,
+    }
+    (out / "quality.json").write_text(json.dumps(quality, indent=1))
+    return ranking, set(kept)
 
 
 def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
@@ -216,6 +241,7 @@ def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
         if by_round.get(number):
             curve.append({"round": number, "mean_cumulative_ms": elapsed, "miou": mean(by_round[number])})
     finished = [i for i in items if i.state in FINISHED]
+    in_effect = _miou_in_effect(masks, finished_ids={i.pk for i in finished}, rounds=study.corrective_rounds)
     return {
         "study_id": study.pk,
         "settings": {
@@ -237,11 +263,31 @@ def corrective_report(*, study: Study, items: list, clicks: list) -> dict:
         "time_per_round_ms": {str(r): mean(round_ms.get(r, [])) for r in rounds},
         "miou_per_round": {str(r): mean(by_round.get(r, [])) for r in rounds},
         "masks_per_round": {str(r): len(by_round.get(r, [])) for r in rounds},
+        "miou_after_round": {str(r): mean(values) for r, values in sorted(in_effect.items())},
+        "instances_after_round": {str(r): len(values) for r, values in sorted(in_effect.items())},
         "final_miou": mean(
             [i.current_mask.iou for i in finished if i.current_mask and i.current_mask.iou is not None]
         ),
         "quality_vs_time": curve,
     }
+
+
+def _miou_in_effect(masks: list, *, finished_ids: set[int], rounds: int) -> dict[int, list[float]]:
+    """IoUs of each finished instance's mask in effect after round r, for r = 0..the last round (an instance that
+    ended earlier keeps its last mask), so every round averages the same instances: the seed's mIoU-per-round."""
+    per_item: defaultdict[int, dict[int, float]] = defaultdict(dict)
+    for mask in masks:
+        if mask.item_id in finished_ids and mask.iou is not None:
+            per_item[mask.item_id][mask.round] = mask.iou
+    last = max([rounds, *(r for by_round in per_item.values() for r in by_round)])
+    in_effect: defaultdict[int, list[float]] = defaultdict(list)
+    for by_round in per_item.values():
+        current = None
+        for number in range(last + 1):
+            current = by_round.get(number, current)
+            if current is not None:
+                in_effect[number].append(current)
+    return dict(in_effect)
 
 
 def _plot_quality_vs_time(report: dict, path: Path) -> None:

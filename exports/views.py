@@ -1,13 +1,16 @@
 """Download views: a researcher who may see a study gets its exports (login required, per-study rule).
 
 ``GET /exports/studies/<id>/rclicks.zip[?include_invalid=1&previews=1]``,
-``GET /exports/studies/<id>/full.parquet``, ``GET /exports/studies/<id>/full.jsonl`` and
+``GET /exports/studies/<id>/full.parquet``, ``GET /exports/studies/<id>/full.jsonl``,
 ``GET /exports/studies/<id>/full.manifest.json`` (what the full export writes beside its file: datasets,
-content hashes, round rules; a Parquet download carries it in its metadata, a JSON Lines one cannot).
+content hashes, round rules; a Parquet download carries it in its metadata, a JSON Lines one cannot), and
+``GET /exports/studies/<id>/corrective.zip[?top_percent=N]``.
 A study the user may not see answers 404, the same as a study that does not exist.
 """
 
 from __future__ import annotations
+
+import math
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -94,15 +97,30 @@ def study_full_manifest(request: HttpRequest, study_id: int) -> HttpResponse:
 @require_GET
 @login_required(login_url=LOGIN_URL)
 def study_corrective_zip(request: HttpRequest, study_id: int) -> HttpResponse:
-    """``GET /exports/studies/<id>/corrective.zip``: masks (COCO RLE + PNGs), click log and report."""
+    """``GET /exports/studies/<id>/corrective.zip[?top_percent=N]``: masks (COCO RLE + PNGs), click log and report;
+    with ``top_percent`` only the best N % of the masks by the quality model Mr, and its quality.json."""
     study = study_visible_or_404(user=request.user, study_id=study_id)
+    raw = request.GET.get("top_percent", "").strip()
+    top_percent = None
+    if raw:
+        try:
+            top_percent = float(raw)
+        except ValueError:
+            top_percent = math.nan
+        if not 0 < top_percent <= 100:  # NaN fails it too
+            return HttpResponse(
+                f"top_percent={raw!r} is not a share of the masks to keep: give a number above 0 and at most 100 "
+                "(e.g. top_percent=70 keeps the best 70 % by the quality model).\n",
+                status=400,
+                content_type="text/plain; charset=utf-8",
+            )
     try:
-        handle, _ = corrective_zip_write(study_id=study.pk)
+        handle, _ = corrective_zip_write(study_id=study.pk, top_percent=top_percent)
     except ExportError as exc:
         return _refused(exc)
     return FileResponse(
         handle,
         as_attachment=True,
-        filename=f"study-{study.pk}-corrective.zip",
+        filename=f"study-{study.pk}-corrective{'' if top_percent is None else f'-top{top_percent:g}'}.zip",
         content_type="application/zip",
     )

@@ -8,6 +8,10 @@ Conventions (shared by ``segmenters/`` and ``benchmark/``):
 * Probabilities are float32 arrays of shape (H, W) in [0, 1], at the image size.
 * ``encode`` does the heavy, click-independent work once per image; ``predict``
   is the cheap per-click step and must not redo what ``encode`` did.
+* A corrective round (seed 001's Mb+c: image + previous mask + every click so far -> mask) is
+  :meth:`Predictor.correct`; the previous mask reaches the model as its own prior input through
+  :meth:`Predictor.prior_from_mask` (SAM: low-res ``mask_input`` logits; RITM / SimpleClick: the
+  previous-mask channel; the embedded segmenter: the mask itself).
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ class Predictor(abc.ABC):
     name: str = ""
     model_type: str = ""
     threshold: float = 0.5
+    #: Whether a corrective round from a box start should begin with a positive "anchor" click on the
+    #: object the box mask found (click models keep only the parts holding a positive click, so a first
+    #: round of negative clicks alone would drop the object). See :meth:`correct`.
+    needs_anchor_click: bool = True
 
     @property
     @abc.abstractmethod
@@ -102,3 +110,49 @@ class Predictor(abc.ABC):
     def predict_mask(self, prediction: Prediction) -> np.ndarray:
         """Binary mask: probabilities strictly above ``threshold``."""
         return prediction.probabilities > self.threshold
+
+    def prior_from_mask(self, embedding: Embedding, mask: np.ndarray) -> Any:
+        """``previous_logits`` standing for a stored bool (H, W) ``mask`` (a mask this model did not
+        necessarily make: a box start, another model's round). Default: the mask as float32 probabilities
+        (0/1); adapters whose models take another prior override it."""
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != tuple(embedding.image_shape):
+            raise SegmenterError(
+                f"previous mask has shape {mask.shape}, the encoded image {tuple(embedding.image_shape)}: "
+                "pass the mask of the same image"
+            )
+        return mask.astype(np.float32)
+
+    def correct(
+        self,
+        embedding: Embedding,
+        clicks: Sequence[Click],
+        *,
+        new_clicks: int,
+        previous_mask: np.ndarray | None,
+    ) -> Prediction:
+        """One corrective round (seed 001's Mb+c): the mask after the last ``new_clicks`` of ``clicks``
+        (every click so far, in order, this round's last) were made on ``previous_mask`` (bool (H, W), the
+        mask the worker corrected; None when there is none yet).
+
+        How a model takes them is its ``_round``; the default, for click models: the round's clicks one at a time,
+        each with every click so far; the first one with :meth:`prior_from_mask` of ``previous_mask`` as
+        ``previous_logits``, each later one with the logits of the click before it, as interactive models consume
+        clicks.
+        """
+        if not 1 <= new_clicks <= len(clicks):
+            raise SegmenterError(
+                f"correct(): new_clicks={new_clicks} must be between 1 and the {len(clicks)} click(s) given"
+            )
+        previous = None if previous_mask is None else np.asarray(previous_mask, dtype=bool)
+        return self._round(embedding, list(clicks), new_clicks, previous)
+
+    def _round(self, embedding: Embedding, clicks: list[Click], new: int, previous: Any) -> Prediction:
+        """:meth:`correct` with its arguments checked (``previous``: a bool (H, W) mask or None)."""
+        logits = None if previous is None else self.prior_from_mask(embedding, previous)
+        prediction = None
+        for count in range(len(clicks) - new + 1, len(clicks) + 1):
+            prediction = self.predict(embedding, clicks[:count], logits)
+            logits = prediction.logits if prediction.logits is not None else self.predict_mask(prediction)
+        assert prediction is not None  # new >= 1 (checked by correct): the loop ran
+        return prediction

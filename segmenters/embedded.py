@@ -21,6 +21,24 @@ How a prediction is made (all at a working resolution, long side ``work_long_sid
    diagonal around the newest click; outside it the previous mask is kept, so a correction cannot
    undo the parts the user already accepted.
 
+A corrective round (:meth:`Predictor.correct`, here ``EmbeddedPredictor._round``; seed 001's Mb+c: image + previous mask + every click so
+far) is one GrabCut over the whole working image, not a click-by-click walk:
+
+1. The previous mask is the trimap, as hard labels: the parts the worker did not click stay as they were
+   (a round that only refines one edge never moves another).
+2. Each new click opens a zone that GrabCut may re-decide: a disk around the click whose radius is
+   ``correct_zone_factor`` times the click's distance to the previous mask's boundary, plus
+   ``click_radius_px`` (within ``correct_zone_min_px`` and ``correct_zone_max_fraction`` of the diagonal).
+   Workers click near the centre of an error region, so that distance is about the region's half-width
+   (the seed's Mr reads the same signal, §4.2): the zone covers the region the click corrects and little more.
+   Inside the zones the previous mask is "probably" its label, and the new click's colour-geodesic
+   neighbourhood on the wrong side of the mask (closer to it than to any click of the other sign) takes the
+   click's label, "certain" in its inner ``refine_hard_fraction``.
+3. Every click so far (old rounds too) is a hard disk of its sign. GrabCut's colour models are learnt from the
+   whole trimap, so the object's and the background's colours come from the previous mask.
+4. New components without a positive click (and not part of the previous mask outside the zones) are
+   dropped; small holes are filled, as for a prediction.
+
 Randomness: ``cv2.grabCut`` initialises its colour models with k-means, which draws from OpenCV's
 global (per-thread) random generator. Right before each ``cv2.grabCut`` call that generator is
 seeded (``cv2.setRNGSeed``, same thread) with a value derived from the predictor's ``random_seed``
@@ -53,6 +71,8 @@ from segmenters.images import validate_image
 from segmenters.registry import register
 
 _FGD, _BGD, _PR_FGD, _PR_BGD = cv2.GC_FGD, cv2.GC_BGD, cv2.GC_PR_FGD, cv2.GC_PR_BGD
+# correct()'s zone (factor, min px, max fraction of the diagonal) by default: left out of the model id
+_DEFAULT_ZONE = (2.0, 10.0, 0.25)
 # grabCut's rect, unused when it starts from a mask (GC_INIT_WITH_MASK): the empty rect OpenCV makes of None
 _UNUSED_RECT = (0, 0, 0, 0)
 
@@ -72,6 +92,7 @@ class EmbeddedPredictor(Predictor):
     name = "embedded"
     model_type = "embedded"
     threshold = 0.5
+    needs_anchor_click = False  # correct() keeps what the worker did not click: no anchor needed
 
     def __init__(
         self,
@@ -86,6 +107,9 @@ class EmbeddedPredictor(Predictor):
         refine_hard_fraction: float = 0.25,
         max_hole_fraction: float = 0.02,
         random_seed: int = 0,
+        correct_zone_factor: float = 2.0,
+        correct_zone_min_px: float = 10.0,
+        correct_zone_max_fraction: float = 0.25,
     ) -> None:
         """
         Args:
@@ -107,6 +131,10 @@ class EmbeddedPredictor(Predictor):
             area (and not holding a negative click) are filled.
           random_seed: mixed into the seed of OpenCV's generator before every GrabCut call (see the
             module docstring); changing it changes GrabCut's k-means initialisation only.
+          correct_zone_factor, correct_zone_min_px, correct_zone_max_fraction: a corrective round's zone
+            around each new click (:meth:`correct`): this factor times the click's distance to the previous
+            mask's boundary plus ``click_radius_px``, at least ``correct_zone_min_px`` and at most this
+            fraction of the diagonal (working pixels).
         """
         if work_long_side_px < 32:
             raise SegmenterError(f"work_long_side_px={work_long_side_px} is too small; use at least 32")
@@ -122,6 +150,16 @@ class EmbeddedPredictor(Predictor):
         self.refine_hard_fraction = float(refine_hard_fraction)
         self.max_hole_fraction = float(max_hole_fraction)
         self.random_seed = int(random_seed)
+        if correct_zone_factor < 0 or correct_zone_min_px < 0 or correct_zone_max_fraction <= 0:
+            raise SegmenterError(
+                f"correct_zone_factor={correct_zone_factor}, correct_zone_min_px={correct_zone_min_px} must be >= 0 "
+                f"and correct_zone_max_fraction={correct_zone_max_fraction} > 0"
+            )
+        self.correct_zone = (
+            float(correct_zone_factor),
+            float(correct_zone_min_px),
+            float(correct_zone_max_fraction),
+        )
 
     @property
     def model_id(self) -> str:
@@ -131,6 +169,7 @@ class EmbeddedPredictor(Predictor):
             f":l{self.refine_radius_fraction:g}:q{self.refine_geodesic_fraction:g}"
             f":k{self.refine_hard_fraction:g}:h{self.max_hole_fraction:g}"
             + (f":s{self.random_seed}" if self.random_seed else "")
+            + ("" if self.correct_zone == _DEFAULT_ZONE else ":z{:g},{:g},{:g}".format(*self.correct_zone))
         )
 
     def encode(self, image: np.ndarray) -> Embedding:
@@ -181,6 +220,71 @@ class EmbeddedPredictor(Predictor):
             seed = self._grabcut_seed(payload, clicks, previous)
             mask = self._segment(payload, work_clicks, previous, seed)
         return self._prediction(mask, (height, width))
+
+    def _round(self, embedding: Embedding, clicks: list[Click], new: int, previous: Any) -> Prediction:
+        """One corrective round in one GrabCut (module docstring): ``previous`` (bool (H, W)) corrected by the last
+        ``new`` of ``clicks`` (every click so far). Without a previous mask (or an empty one) it is
+        :meth:`predict` of all the clicks."""
+        payload = self._payload(embedding)
+        height, width = embedding.image_shape
+        work_shape = payload.image_bgr.shape[:2]
+        if previous is not None:
+            previous = self._previous_mask(previous, embedding.image_shape, work_shape)
+        if previous is None or not previous.any():
+            return self.predict(embedding, clicks, None)
+        work_clicks = [
+            _scaled_click(click, payload.scale, work_shape[1], work_shape[0], height, width)
+            for click in clicks
+        ]
+        trimap, zones = self._correction_trimap(payload, previous, work_clicks, new)
+        mask = self._grabcut(payload.image_bgr, trimap, self._grabcut_seed(payload, clicks, previous))
+        count, labels = cv2.connectedComponents(mask.astype(np.uint8), connectivity=8)
+        keep = np.zeros(count, bool)
+        keep[np.unique(labels[mask & ~zones])] = True  # the previous mask's parts the round left alone
+        for click in work_clicks:
+            if click.is_positive:
+                x, y = _pixel(click)
+                keep[labels[y, x]] = True
+        keep[0] = False
+        mask = _fill_small_holes(keep[labels], work_clicks, self.max_hole_fraction)
+        return self._prediction(mask, (height, width))
+
+    def _correction_trimap(
+        self, payload: _EmbeddedPayload, previous: np.ndarray, clicks: list[Click], new_clicks: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(GrabCut trimap, bool zones GrabCut may change) of a corrective round (module docstring, 1-3)."""
+        work_h, work_w = previous.shape
+        inside = _edge_distance(previous)
+        outside = _edge_distance(~previous)
+        factor, least, most = self.correct_zone
+        largest = most * float(np.hypot(work_h, work_w))
+        trimap = np.where(previous, _FGD, _BGD).astype(np.uint8)
+        zones = np.zeros((work_h, work_w), bool)
+        rows, cols = np.ogrid[0:work_h, 0:work_w]
+        new = clicks[len(clicks) - new_clicks :]
+        for click in new:
+            x, y = _pixel(click)
+            depth = float(inside[y, x] if previous[y, x] else outside[y, x])
+            radius = min(max(factor * depth + self.click_radius_px, least), largest)
+            zone = (cols - click.x) ** 2 + (rows - click.y) ** 2 <= radius**2
+            zones |= zone
+            trimap[zone] = np.where(previous[zone], _PR_FGD, _PR_BGD)
+        for click in new:
+            opposite = [other for other in clicks if other.is_positive != click.is_positive]
+            distance = _colour_geodesic_distance(payload.lab, [click])
+            cut = self.refine_geodesic_fraction * float(distance[np.isfinite(distance)].max())
+            region = (distance <= cut) & zones & (previous != click.is_positive)
+            if opposite:
+                region &= distance < _colour_geodesic_distance(payload.lab, opposite)
+            trimap[region] = _PR_FGD if click.is_positive else _PR_BGD
+            if self.refine_hard_fraction > 0:
+                trimap[region & (distance <= self.refine_hard_fraction * cut)] = (
+                    _FGD if click.is_positive else _BGD
+                )
+        radius_px = max(1, round(self.click_radius_px))
+        for click in clicks:
+            cv2.circle(trimap, _pixel(click), radius_px, int(_FGD if click.is_positive else _BGD), -1)
+        return trimap, zones
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -413,6 +517,12 @@ def _fill_small_holes(mask: np.ndarray, clicks: list[Click], max_hole_fraction: 
             fill[labels[y, x]] = False
     fill[0] = False
     return mask | fill[labels]
+
+
+def _edge_distance(mask: np.ndarray) -> np.ndarray:
+    """Distance (px) of each ``mask`` pixel to the nearest pixel outside it; the image edge does not count."""
+    padded = np.pad(mask.astype(np.uint8), 1, constant_values=1)
+    return cv2.distanceTransform(padded, cv2.DIST_L2, 3)[1:-1, 1:-1]
 
 
 def _signed_distance(mask: np.ndarray) -> np.ndarray:

@@ -9,7 +9,9 @@ checkpoint's config; the per-click loop is ours and follows the protocol (§7, s
   the clicks as input maps, so the whole network runs on every click (nothing else can be cached).
 * Clicks go in as two lists, positives and negatives, of (y, x, index), each padded with
   (-1, -1, -1) to a common length; index = 0-based global click order.
-* The previous probabilities are the 4th input channel for ``with_prev_mask`` (itermask) models.
+* The previous probabilities are the 4th input channel for ``with_prev_mask`` (itermask) models; a stored
+  mask (a box start, a corrective round) goes in there as 0/1 (:meth:`IsegmPredictor.prior_from_mask`), and its
+  box starts the zoom-in as the model's own previous mask would.
 * Zoom-in, RITM (``skip_clicks=1``; -1 for TETRIS): from the second click the input is cropped to
   the previous mask's box plus the positive clicks, expanded 1.4x, at least 200 px, resized to a long
   side of 400 (600 for DAVIS) keeping the aspect ratio; the box is kept while it holds every positive
@@ -684,6 +686,11 @@ class IsegmPredictor(Predictor):
             result = probabilities[0, 0].float().cpu().numpy()
         state = IsegmState(probabilities=result, object_box=roi)
         return Prediction(probabilities=result, logits=state, extra={"zoom_box": box, "roi": roi})
+
+    def prior_from_mask(self, embedding: Embedding, mask: np.ndarray) -> IsegmState:
+        """The previous-mask channel (0/1 probabilities) of a stored bool (H, W) mask; no zoom box yet, so the
+        zoom-in takes the mask's own box (``ZoomIn.choose_box``)."""
+        return IsegmState(probabilities=super().prior_from_mask(embedding, mask), object_box=None)
 
     def _crop(self, image, clicks: Sequence[Click], box: Box | None):
         import torch.nn.functional as functional

@@ -13,6 +13,11 @@ low-resolution logits come back as ``Prediction.logits`` to be passed as ``mask_
 click. ``previous_logits=None`` starts a trajectory (the explicit reset the reference derived from
 the number of points).
 
+A stored mask (a box start, another model's round of a corrective campaign) goes in as ``mask_input`` through
+:meth:`SamPredictor.prior_from_mask`: the mask resized into the model's input frame (long side ``image_size``,
+zero padding bottom/right counted as background), area-averaged down to the low-res grid (4 x the patch grid,
+256 for SAM's 1024) and turned into logits, ``log(p / (1 - p))`` clipped to +-``MASK_PRIOR_LOGIT``.
+
 ``segment-anything`` 1.0's package ``__init__`` imports torchvision; only its ``modeling``
 subpackage is needed, so it is imported under a private parent module that does not run that
 ``__init__`` (see :func:`segmenters.upstream.import_isolated_subpackage`).
@@ -42,6 +47,29 @@ from segmenters.upstream import import_isolated_subpackage
 PIXEL_MEAN = np.array([123.675, 116.28, 103.53], np.float32)  # ImageNet mean, 0..255 RGB
 PIXEL_STD = np.array([58.395, 57.12, 57.375], np.float32)
 SAM_DOWNLOAD_HINT = "https://github.com/facebookresearch/segment-anything#model-checkpoints"
+#: Largest magnitude of the logits a stored mask becomes as ``mask_input`` (SAM's own confident low-res
+#: logits are of this order); a pixel wholly inside (outside) the mask gets +10 (-10).
+MASK_PRIOR_LOGIT = 10.0
+
+
+def low_res_mask_logits(
+    mask: np.ndarray, *, content_hw: tuple[int, int], padded_side: int, low_res_side: int
+) -> np.ndarray:
+    """(1, 1, low_res_side, low_res_side) float32 logits of a bool (H, W) ``mask`` as a SAM-style ``mask_input``:
+    the mask resized to ``content_hw`` (the image inside the model's square input), zero-padded bottom/right
+    to ``padded_side``, area-averaged to ``low_res_side`` and turned into logits clipped to
+    +-``MASK_PRIOR_LOGIT``."""
+    import cv2
+
+    content_h, content_w = content_hw
+    frame = np.zeros((padded_side, padded_side), np.float32)
+    frame[:content_h, :content_w] = cv2.resize(
+        np.asarray(mask, np.float32), (content_w, content_h), interpolation=cv2.INTER_AREA
+    )
+    low = cv2.resize(frame, (low_res_side, low_res_side), interpolation=cv2.INTER_AREA)
+    bound = 1.0 / (1.0 + np.exp(MASK_PRIOR_LOGIT))
+    low = np.clip(low, bound, 1.0 - bound)
+    return np.log(low / (1.0 - low)).astype(np.float32)[None, None]
 
 
 @dataclass(frozen=True)
@@ -330,6 +358,17 @@ class SamPredictor(Predictor):
             probabilities=probabilities.astype(np.float32, copy=False),
             logits=logits,
             extra={"predicted_iou": predicted_iou, "mask_index": best},
+        )
+
+    def prior_from_mask(self, embedding: Embedding, mask: np.ndarray) -> np.ndarray:
+        """``mask_input`` low-res logits (1, 1, 4g, 4g) of a stored bool (H, W) mask (module docstring)."""
+        mask = super().prior_from_mask(embedding, mask)
+        side = self.architecture.image_size
+        return low_res_mask_logits(
+            mask,
+            content_hw=self._payload(embedding).input_size,
+            padded_side=side,
+            low_res_side=4 * (side // self.architecture.patch_size),
         )
 
     def _decode(self, features, sparse, dense):

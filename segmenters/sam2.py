@@ -161,6 +161,14 @@ class Sam2Predictor(Predictor):
             nbytes=int(nbytes),
         )
 
+    def prior_from_mask(self, embedding: Embedding, mask: np.ndarray) -> np.ndarray:
+        """``mask_input`` (1, 256, 256) logits of a stored bool (H, W) mask: SAM 2 stretches the image to its
+        square input (no padding), so the mask is area-averaged straight to 256 x 256 (``segmenters.sam``)."""
+        from segmenters.sam import low_res_mask_logits
+
+        mask = super().prior_from_mask(embedding, mask)
+        return low_res_mask_logits(mask, content_hw=(256, 256), padded_side=256, low_res_side=256)[0]
+
     def predict(
         self, embedding: Embedding, clicks: Sequence[Click], previous_logits: Any = None
     ) -> Prediction:

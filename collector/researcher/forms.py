@@ -16,8 +16,8 @@ from collector.selectors.segmenters import segmenter_options
 from collector.services.study_rules import (
     KIND_ONLY_FIELDS,
     SCREEN_FIELDS,
-    STUDY_RULES,
     fields_not_for_kind,
+    study_rules_for,
     study_values_for_kind,
 )
 
@@ -339,9 +339,9 @@ class StudyForm(forms.ModelForm):
 
     def clean(self):
         """The other kind's settings get their model defaults back (whatever was posted, and without their
-        errors); the screen texts are gathered by language. Then each rule of
-        ``collector.services.study_rules.STUDY_RULES`` (one function per rule, checked against the chosen
-        dataset) adds its messages to the field at fault; a field with an error leaves ``cleaned_data``, so
+        errors); the screen texts are gathered by language. Then each rule of the
+        chosen kind (``collector.services.study_rules.study_rules_for``: one function per rule, checked
+        against the chosen dataset) adds its messages to the field at fault; a field with an error leaves ``cleaned_data``, so
         later rules do not judge it again."""
         cleaned = super().clean()
         hidden = self.hidden_fields_for_kind()
@@ -358,7 +358,7 @@ class StudyForm(forms.ModelForm):
                     texts[code] = text
             cleaned[field] = texts
         values = study_values_for_kind(cleaned)
-        for rule in STUDY_RULES:
+        for rule in study_rules_for(cleaned.get("kind")):
             for field, message in rule(values, cleaned.get("dataset")):
                 if field in cleaned:
                     self.add_error(field, message)

@@ -73,6 +73,7 @@ urlpatterns = [
         name="target_heatmap",
     ),
     path("studies/<int:study_id>/workers/", views.worker_table, name="worker_table"),
+    path("studies/<int:study_id>/quality/", views.study_quality, name="study_quality"),
     # MEDIA_URL points here: files under MEDIA_ROOT only through this login-checked view
     path("files/<path:name>", media.media_file, name="media_file"),
 ]

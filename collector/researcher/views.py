@@ -25,8 +25,8 @@ from collector.models.studies import Platform, Study
 from collector.platforms import PlatformError, get_adapter
 from collector.selectors import budget as budget_selectors
 from collector.selectors import corrective as corrective_selectors
+from collector.selectors import corrective_quality, pictures, progress
 from collector.selectors import links as link_selectors
-from collector.selectors import pictures, progress
 from collector.selectors import platform_settings as platform_settings_selectors
 from collector.selectors import segmenters as segmenter_selectors
 from collector.selectors import session_detail as session_selectors
@@ -57,6 +57,8 @@ RECENT_SESSIONS = 15
 SESSIONS_PER_PAGE = 100
 
 PNG_HEADERS = {"Cache-Control": "private, max-age=30"}
+#: The share the quality page's download offers first: seed 001's "top 70 % masks have 90 % mIoU" (§5.4).
+DEFAULT_TOP_PERCENT = 70
 
 
 def _study_list_rows(user) -> list[dict]:
@@ -262,6 +264,7 @@ def _study_page(
             "public_base_url": settings.PUBLIC_BASE_URL,
             "poll_ms": LIVE_POLL_MS,
             "chart_ms": LIVE_CHART_MS,
+            "default_top_percent": DEFAULT_TOP_PERCENT,
         }
     )
     return render(request, "researcher/study_detail.html", context, status=status)
@@ -442,6 +445,36 @@ def target_heatmap(request, study_id: int, target_id: int):
     study = study_visible_or_404(user=request.user, study_id=study_id)
     target = _target_or_404(study, target_id)
     return HttpResponse(pictures.target_heatmap(target=target), content_type="image/png", headers=PNG_HEADERS)
+
+
+@researcher_required
+@require_GET
+def study_quality(request, study_id: int):
+    """A corrective campaign's quality ranking (Mr, seed 001 §4.2): every finished instance by estimated quality,
+    beside its true IoU, with how Mr was trained, how well it ranks and whether to trust it; the zip download
+    keeping the top N %."""
+    study = study_visible_or_404(user=request.user, study_id=study_id)
+    if not study.is_corrective:
+        raise Http404(
+            f"study {study.pk} is a {study.kind} study; only corrective campaigns have a quality ranking."
+        )
+    ranking, refused = None, ""
+    try:
+        ranking = corrective_quality.quality_ranking(study_id=study.pk)
+    except corrective_quality.QualityModelError as exc:
+        refused = str(exc)
+    return render(
+        request,
+        "researcher/study_quality.html",
+        {
+            "study": study,
+            "ranking": ranking,
+            "training": ranking.training() if ranking else None,
+            "rows": corrective_quality.ranking_rows(ranking) if ranking else [],
+            "refused": refused,
+            "default_top_percent": DEFAULT_TOP_PERCENT,
+        },
+    )
 
 
 @researcher_required

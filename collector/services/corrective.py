@@ -12,7 +12,7 @@ Flow of one instance (a :class:`~collector.models.CorrectiveItem`, one per trial
 * ``corrective_round_submit`` ends the round: the item turns ``updating`` and
   ``tasks.corrective.update_item`` (``models`` queue) is sent after commit with (item, round).
 * ``corrective_update_apply`` (the task's body) runs the study's segmenter on the previous mask and all
-  clicks so far, writes the new PNG, then stores the mask row and advances the item in one transaction,
+  clicks so far (``segmenters.base.Predictor.correct``: seed 001's Mb+c), writes the new PNG, then stores the mask row and advances the item in one transaction,
   only if the item is still waiting for exactly this round's update. So a redelivered message (a worker
   killed mid-update: ``acks_late``) recomputes and stores once, and until then the previous mask stays
   the item's mask. ``corrective_update_fail`` records a failure after the task's retries.
@@ -535,20 +535,16 @@ def corrective_update_apply(*, item_id: int, round_number: int) -> UpdateResult:
         predictor = corrective_predictor(study)
         previous = read_mask(item.current_mask.file.name) if item.current_mask_id else None
         seg_clicks = [SegClick(x=c.x, y=c.y, is_positive=c.is_positive) for c in clicks]
-        earlier = sum(1 for c in clicks if c.round < round_number)
-        anchor = _box_anchor_click(item)
+        new_clicks = sum(1 for c in clicks if c.round == round_number)
+        anchor = _box_anchor_click(item) if predictor.needs_anchor_click else None
         if anchor is not None:
-            seg_clicks, earlier = [anchor, *seg_clicks], earlier + 1
+            seg_clicks = [anchor, *seg_clicks]
         try:
-            embedding = predictor.encode(image)
-            # The round's clicks one at a time, each with all clicks so far and the mask before it (the
-            # previous round's mask for the first), as interactive models consume clicks.
-            logits = previous
-            for count in range(max(earlier + 1, 1), len(seg_clicks) + 1):
-                prediction = predictor.predict(embedding, seg_clicks[:count], previous_logits=logits)
-                logits = (
-                    prediction.logits if prediction.logits is not None else predictor.predict_mask(prediction)
-                )
+            # Seed 001's Mb+c: the image, the mask the worker corrected (as the model's own prior input) and
+            # every click so far; how a model takes them is its own (segmenters.base.Predictor.correct).
+            prediction = predictor.correct(
+                predictor.encode(image), seg_clicks, new_clicks=new_clicks, previous_mask=previous
+            )
         except SegmenterError as error:
             raise CorrectiveUpdateError(f"segmenter {predictor.name} failed: {error}") from None
         mask = np.asarray(predictor.predict_mask(prediction), dtype=bool)

@@ -5,11 +5,13 @@ rules. Each rule is one function ``rule(values, dataset) -> [(field, message)]``
 values it needs (``values``: the cleaned form fields; a missing value means that field already has its own
 error, so the rule stays silent); ``dataset`` is the chosen Dataset or None. A message names the field
 by its label, the value at fault and what to do. Add a rule by writing a function and listing it in
-``STUDY_RULES``.
+``STUDY_RULES``, then in ``RULES_BY_KIND`` for each study kind it applies to.
 
-A study's kind decides which settings apply (``KIND_ONLY_FIELDS``): a corrective campaign has no timed
-phases, no 7-of-10 batch rule and no practice or control trials; a timed study no campaign settings. The
-rules judge only the settings of the study's kind (``study_values_for_kind``), so a corrective study is never
+A study's kind decides which settings apply (``KIND_ONLY_FIELDS``) and which rules judge them
+(``RULES_BY_KIND``): a corrective campaign has no timed phases, no display mode, no 7-of-10 batch rule (its
+sessions count when every instance is done) and no practice or control trials, and its session must leave time
+for R rounds per instance instead (``rule_campaign_timeout_fits``); a timed study has no campaign settings. The
+rules see only the settings of the study's kind (``study_values_for_kind``), so a corrective study is never
 refused for a timed setting it does not use, and the form hides the other kind's fields.
 """
 
@@ -35,6 +37,9 @@ PHASE_LABELS = {
 }
 #: Seconds a worker needs per trial beyond the timed phases (loading, finding the object, clicking).
 CLICK_ALLOWANCE_S = 10
+#: Seconds a corrective campaign's worker needs per round of an instance: seed 001's annotators took 10.8-11.9 s
+#: per round (§5.2.2), plus the model update between rounds and some slack.
+CORRECTIVE_ROUND_ALLOWANCE_S = 30
 SESSION_TIMEOUT_MAX_S = 24 * 3600
 
 
@@ -208,6 +213,30 @@ def rule_timeout_fits_a_batch(values: dict, dataset: Dataset | None) -> list[Pro
                 f"{needed_s} s (the timed phases plus {CLICK_ALLOWANCE_S} s per trial to load and click).",
             )
         ]
+    return _timeout_within_a_day(timeout)
+
+
+def rule_campaign_timeout_fits(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """A corrective session must be able to finish before it expires: ``CORRECTIVE_ROUND_ALLOWANCE_S`` per round
+    of every instance of the batch; and expire within a day."""
+    timeout, batch_size = _number(values, "session_timeout_s"), _number(values, "batch_size")
+    rounds = _number(values, "corrective_rounds")
+    if timeout is None or batch_size is None or rounds is None:
+        return []
+    needed_s = int(batch_size * rounds * CORRECTIVE_ROUND_ALLOWANCE_S)
+    if timeout < needed_s:
+        return [
+            (
+                "session_timeout_s",
+                f"Session timeout: {timeout} s is too short for a campaign batch of {batch_size} instances x {rounds} "
+                f"rounds; allow at least {needed_s} s ({CORRECTIVE_ROUND_ALLOWANCE_S} s per round, model update "
+                "included).",
+            )
+        ]
+    return _timeout_within_a_day(timeout)
+
+
+def _timeout_within_a_day(timeout) -> list[Problem]:
     if timeout > SESSION_TIMEOUT_MAX_S:
         return [
             (
@@ -348,6 +377,7 @@ STUDY_RULES: tuple[Rule, ...] = (
     rule_valid_clicks_reachable,
     rule_something_to_collect,
     rule_timeout_fits_a_batch,
+    rule_campaign_timeout_fits,
     rule_reward_payable,
     rule_currency_code,
     rule_toloka_pays_in_dollars,
@@ -355,14 +385,42 @@ STUDY_RULES: tuple[Rule, ...] = (
     rule_control_rule_reachable,
     rule_qualification_fits,
 )
+_BOTH_KINDS = (
+    rule_batch_fits_the_images,
+    rule_something_to_collect,
+    rule_reward_payable,
+    rule_currency_code,
+    rule_toloka_pays_in_dollars,
+    rule_qualification_fits,  # it refuses a test on a timed study itself
+)
+#: The rules each study kind is judged by (module docstring).
+RULES_BY_KIND: dict[str, tuple[Rule, ...]] = {
+    StudyKind.TIMED: (
+        *_BOTH_KINDS,
+        rule_phases_in_range,
+        rule_text_description_needs_descriptions,
+        rule_valid_clicks_reachable,
+        rule_timeout_fits_a_batch,
+        rule_screen_trials_fit,
+        rule_control_rule_reachable,
+    ),
+    StudyKind.CORRECTIVE: (*_BOTH_KINDS, rule_campaign_timeout_fits),
+}
+
+
+def study_rules_for(kind: str | None) -> tuple[Rule, ...]:
+    """The rules of a study of ``kind`` (in ``STUDY_RULES``'s order); an unknown or missing kind (its field has
+    its own error) gets the timed study's, the default kind."""
+    chosen = RULES_BY_KIND.get(kind or StudyKind.TIMED, RULES_BY_KIND[StudyKind.TIMED])
+    return tuple(rule for rule in STUDY_RULES if rule in chosen)
 
 
 def study_settings_check(*, values: dict, dataset: Dataset | None) -> dict[str, list[str]]:
-    """Every rule's problems, by field name (empty when the settings are fine); settings of another study
-    kind than ``values["kind"]`` are not judged."""
+    """The problems of every rule of the study's kind, by field name (empty when the settings are fine);
+    settings of another study kind than ``values["kind"]`` are not judged."""
     problems: dict[str, list[str]] = {}
-    values = study_values_for_kind(values)
-    for rule in STUDY_RULES:
-        for field, message in rule(values, dataset):
+    judged = study_values_for_kind(values)
+    for rule in study_rules_for(values.get("kind")):
+        for field, message in rule(judged, dataset):
             problems.setdefault(field, []).append(message)
     return problems

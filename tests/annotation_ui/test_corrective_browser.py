@@ -7,6 +7,7 @@ stored masks."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import cv2
@@ -122,6 +123,17 @@ def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_b
     # --- desktop: mouse ------------------------------------------------------------------------------
     desk = chromium.new_context(**DESKTOP)
     page = desk.new_page()
+    sent: dict[str, tuple[float, float]] = {}  # idempotency key -> (x, y) as the player sent them
+    page.on(
+        "request",
+        lambda r: (
+            sent.setdefault(
+                r.post_data_json["idempotency_key"], (r.post_data_json["x"], r.post_data_json["y"])
+            )
+            if r.url.endswith("/corrective/click") and r.method == "POST"
+            else None
+        ),
+    )
     open_player(page, entry_url(player_server.url, study, "pc"))
     _pass_the_test(page, study, touch=False)
     page.click("#start-button")
@@ -205,6 +217,23 @@ def test_two_workers_correct_masks_on_pc_and_phone_and_the_coco_export_decodes_b
         segmentation = annotation["segmentation"]
         decoded = coco_mask.decode({"size": segmentation["size"], "counts": segmentation["counts"].encode()})
         assert np.array_equal(decoded.astype(bool), read_mask(item.current_mask.file.name))
+    # the click log holds every click the desktop player sent, to the last bit (issue 34.3)
+    keys = {
+        (str(item), str(number), str(order)): key
+        for item, number, order, key in CorrectiveClick.objects.filter(
+            item__session=sessions["pc"]
+        ).values_list("item_id", "round", "order", "idempotency_key")
+    }
+    with open(tmp_path / "export" / "clicks.csv", newline="") as handle:
+        logged = {
+            keys[(row["item_id"], row["round"], row["order"])]: (float(row["x"]), float(row["y"]))
+            for row in csv.DictReader(handle)
+            if row["session_id"] == str(sessions["pc"].pk)
+        }
+    assert logged and logged == {key: sent[key] for key in logged}, "clicks.csv holds the coordinates as sent"
+    assert any(x != round(x, 2) or y != round(y, 2) for x, y in logged.values()), (
+        "the player sent sub-pixel clicks"
+    )
 
 
 def test_a_refused_corrective_click_is_not_retried_is_shown_and_reported(chromium, player_server, tmp_path):

@@ -264,3 +264,44 @@ def test_annotator_boundary_mode_and_noise_scale():
     assert abs(np.std(np.array(offsets)) - 3.0) < 0.3
     with pytest.raises(ValueError, match="mode='edge'"):
         _simulator(mode="edge")
+
+
+def test_annotator_clicks_the_largest_region_first():
+    # seed 001 §5.2.1: annotators click the largest error region first, then the smaller ones.
+    gt = np.zeros((40, 80), bool)
+    gt[2:8, 2:8] = True  # 36 px missed region (fn)
+    pred = np.zeros_like(gt)
+    pred[10:40, 40:70] = True  # 900 px wrongly included region (fp)
+    orders = set()
+    for seed in range(40):
+        sim = _simulator(noise_sigma_px=0.0, clicks_per_round=4, rng=np.random.default_rng(seed))
+        sim.start(image=np.zeros((40, 80, 3), np.uint8), gt=gt, ignore=np.zeros_like(gt))
+        signs = [click.is_positive for click in sim.next_clicks(pred)]
+        assert signs == sorted(signs), f"the large fp region's clicks come first: {signs}"
+        orders.add(tuple(signs))
+    assert (False, False, False, True) in orders, "the small region gets a click now and then, last"
+
+
+def test_annotator_uniform_mode_spreads_clicks_inside_the_region_parts():
+    # seed 001 §4.1: the campaign's annotators clicked near-uniformly inside the error regions.
+    gt = _square(shape=(60, 60), rows=(10, 50), cols=(10, 50))
+    sim = _simulator(noise_sigma_px=0.0, mode="uniform", clicks_per_round=1, rng=np.random.default_rng(2))
+    points = []
+    for _ in range(300):
+        sim.start(image=np.zeros((60, 60, 3), np.uint8), gt=gt, ignore=np.zeros_like(gt))
+        (click,) = sim.next_clicks(np.zeros_like(gt))
+        assert gt[int(click.y), int(click.x)] and click.is_positive
+        points.append((click.x, click.y))
+    xs, ys = np.array(points).T
+    # uniform over columns/rows 10..49: mean 29.5, sd 40 / sqrt(12) = 11.5 (the centre mode gives sd 0)
+    assert abs(xs.mean() - 29.5) < 2 and abs(ys.mean() - 29.5) < 2
+    assert 10 < xs.std() < 13 and 10 < ys.std() < 13
+
+
+def test_seed_001_annotator_has_the_seeds_numbers():
+    sim = AnnotatorSimulator.seed_001(rng=np.random.default_rng(0))
+    assert (sim.noise_sigma_px, sim.min_region_px, sim.clicks_per_round, sim.mode) == (3.0, 100, 4, "center")
+    gt = np.zeros((40, 40), bool)
+    gt[5:14, 5:16] = True  # 99 px: under the seed's 10 x 10 px, left alone
+    sim.start(image=np.zeros((40, 40, 3), np.uint8), gt=gt, ignore=np.zeros_like(gt))
+    assert sim.next_clicks(np.zeros_like(gt)) == []

@@ -240,3 +240,61 @@ def test_a_timed_study_has_no_corrective_items(dataset):
         corrective_items_ensure(session=session)
     assert study_corrective_summary(study=study) is None
     assert Session.objects.filter(pk=session.pk, status="started").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# A study whose model is SAM (a tiny random-initialised one): the mask the worker corrected goes in as SAM's
+# mask_input (issue 34.2)
+
+
+@pytest.fixture
+def tiny_sam(tmp_path, settings):
+    """``test-tiny-sam``: the SAM adapter on a tiny random-initialised SAM, registered for the study to choose."""
+    from segmenters.registry import register, unregister
+    from segmenters.sam import SamPredictor
+    from tests.segmenters.conftest import TINY_SAM, write_tiny_sam_checkpoint
+
+    checkpoint = write_tiny_sam_checkpoint(tmp_path / "tiny_sam.pth", seed=0)
+
+    class TinySam(SamPredictor):
+        name = "test-tiny-sam"
+
+        def __init__(self, *, variant="vit_b", checkpoint_dir=None, **options):
+            super().__init__(checkpoint=checkpoint, variant=variant, architecture=TINY_SAM, device="cpu")
+
+    register("test-tiny-sam")(TinySam)
+    yield TinySam
+    unregister("test-tiny-sam")
+
+
+def test_a_sam_round_takes_the_corrected_mask_as_its_mask_input(dataset, tiny_sam):
+    from collector.services.corrective import _PREDICTORS, corrective_predictor, read_mask
+
+    study = _campaign(dataset, next_round_segmenter="test-tiny-sam")
+    session = _session(study)
+    item = corrective_items_ensure(session=session)[0]
+    corrective_update_apply(item_id=item.pk, round_number=0)  # the box start (GrabCut from the box)
+    item = _refresh(item)
+    box_mask = read_mask(item.current_mask.file.name)
+    _click(session, item, *_inside(item), positive=False)
+    corrective_round_submit(session=session, item_id=item.pk, round_number=1)
+    predictor = corrective_predictor(study)
+    seen: list = []
+    hook = predictor.model.prompt_encoder.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((kwargs["points"], kwargs["masks"])), with_kwargs=True
+    )
+    try:
+        result = corrective_update_apply(item_id=item.pk, round_number=1)
+    finally:
+        hook.remove()
+        _PREDICTORS.pop("test-tiny-sam", None)
+    assert result.stored, "the update ran (a stored bool mask used to be refused as SAM's mask_input)"
+    stored = CorrectiveMask.objects.get(pk=result.mask_id)
+    assert (stored.round, stored.predictor) == (1, "test-tiny-sam")
+    ((points, masks),) = seen  # one click this round: one decoder run
+    embedding = predictor.encode(
+        np.asarray(PILImage.open(item.trial.target.instance.image.file.path).convert("RGB"))
+    )
+    np.testing.assert_array_equal(masks.numpy(), predictor.prior_from_mask(embedding, box_mask))
+    labels = points[1][0].tolist()
+    assert labels == [1, 0], "the anchor on the box mask's object, then the worker's negative click"

@@ -1,5 +1,6 @@
-"""collector.services.corrective_simulation: the seed-001 simulator works a corrective campaign on the shared
-GrabCut images through the same services as people (gated real-data test, marker ``dataset``)."""
+"""collector.services.corrective_simulation: seed 001's simulated annotators work a corrective campaign on the
+shared GrabCut images through the same services as people, with the default model (the embedded segmenter, no
+weights), and the masks get better every round (gated real-data test, marker ``dataset``)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,16 @@ from tests.factories import make_study
 
 pytestmark = pytest.mark.django_db
 
-#: Instances simulated here (bench/bench_corrective.py runs more); seeds fixed, so the numbers repeat.
-N_INSTANCES = 3
-#: mIoU of the final masks on those instances (box start, embedded segmenter, 4 clicks per round, 3 px click
-#: noise, regions of 100 px or more, seed 1). Measured per round 0..3: 0.838, 0.871, 0.824, 0.866
-#: (docs/corrective.md); asserted with a margin.
-MIN_MIOU_AFTER_3_ROUNDS = 0.85
+#: Instances simulated here: the first GrabCut images by name (bench/bench_corrective.py runs all 21). Seeds are
+#: fixed, so the numbers repeat: measured 0.888, 0.923, 0.944, 0.955 after rounds 0..3 (docs/corrective.md).
+N_INSTANCES = 8
+#: The least gain of every round over the one before (a round that only holds its ground fails).
+MIN_GAIN_PER_ROUND = 0.005
 
 
 @pytest.mark.dataset
 @pytest.mark.one_backend
-def test_the_simulator_campaign_on_grabcut_improves_the_box_masks_over_three_rounds(
-    grabcut_root, tmp_path, settings
-):
+def test_seed_001_annotators_raise_the_mean_iou_every_round_on_grabcut(grabcut_root, tmp_path, settings):
     settings.MEDIA_ROOT = tmp_path / "media"
     # The first N_INSTANCES GrabCut images (by name) in the GrabCut layout: importing all 21 costs seconds.
     subset = tmp_path / "GrabCut"
@@ -40,16 +38,22 @@ def test_the_simulator_campaign_on_grabcut_improves_the_box_masks_over_three_rou
         )
     dataset = dataset_import(path=subset, layout="grabcut", name="GrabCut").dataset
     study = make_study(dataset, publish=True, kind="corrective", batch_size=N_INSTANCES, quota_pc=1)
+    assert (study.corrective_init, study.corrective_rounds, study.corrective_clicks_per_round) == (
+        "box",
+        3,
+        4,
+    )
+    assert study.next_round_segmenter == "" and settings.NEXT_ROUND_SEGMENTERS == ["embedded"]
     result = corrective_simulate(study_id=study.pk, seed=1, max_sessions=1)
     assert (result.sessions, result.items) == (1, N_INSTANCES)
     assert Session.objects.get(study=study).validity == "counted"
     report = corrective_export(study_id=study.pk, out_dir=tmp_path / "out").report
-    print("simulated campaign:", report["miou_per_round"], report["masks_per_round"], report["states"])
-    miou = {int(k): v for k, v in report["miou_per_round"].items()}
-    # "mask is fine" ends an instance early, so later rounds average fewer masks: compare final masks.
-    assert report["final_miou"] >= MIN_MIOU_AFTER_3_ROUNDS
-    assert report["final_miou"] > miou[0] + 0.02  # the corrections improved on the box start
-    assert CorrectiveClick.objects.filter(item__session__study=study).count() > 0
+    print("mIoU after rounds 0..3:", report["miou_after_round"], "states", report["states"])
+    assert report["instances_after_round"] == {str(r): N_INSTANCES for r in range(4)}
+    miou = [report["miou_after_round"][str(r)] for r in range(4)]
+    for before, after, number in zip(miou, miou[1:], range(1, 4)):
+        assert after >= before + MIN_GAIN_PER_ROUND, f"round {number} did not improve the masks: {miou}"
+    assert CorrectiveClick.objects.filter(item__session__study=study).count() > N_INSTANCES
     assert not CorrectiveItem.objects.filter(
         session__study=study, state__in=["clicking", "updating"]
     ).exists()

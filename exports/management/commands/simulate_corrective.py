@@ -12,7 +12,8 @@ from exports.corrective import corrective_export
 
 class Command(BaseCommand):
     help = (
-        "Work a published corrective study with simulated annotators (benchmark.clickers.AnnotatorSimulator) "
+        "Work a published corrective study with seed 001's simulated annotators "
+        "(benchmark.clickers.AnnotatorSimulator.seed_001) "
         "until no instance is left, then optionally write the same outputs as export_corrective."
     )
 
@@ -21,7 +22,22 @@ class Command(BaseCommand):
         parser.add_argument("--device", choices=("pc", "mobile"), default="pc")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--max-sessions", type=int, default=None)
-        parser.add_argument("--noise-px", type=float, default=3.0, help="Click noise sigma (px).")
+        parser.add_argument(
+            "--noise-px", type=float, default=3.0, help="Click noise sigma (px; seed 001: 3)."
+        )
+        parser.add_argument(
+            "--min-region-px",
+            type=int,
+            default=100,
+            help="Smallest error region clicked (px; seed 001: 10 x 10).",
+        )
+        parser.add_argument(
+            "--mode",
+            choices=("center", "uniform", "boundary"),
+            default="center",
+            help="Where in its error region a click goes: the centre (seed 001's simulations), uniform (its "
+            "campaign's annotators) or the boundary.",
+        )
         parser.add_argument("--celery", action="store_true", help="Model updates on the models queue.")
         parser.add_argument("--out", metavar="DIR", help="Write the campaign outputs here afterwards.")
 
@@ -33,6 +49,8 @@ class Command(BaseCommand):
                 seed=options["seed"],
                 max_sessions=options["max_sessions"],
                 noise_sigma_px=options["noise_px"],
+                min_region_px=options["min_region_px"],
+                mode=options["mode"],
                 inline=not options["celery"],
             )
         except CorrectiveRefused as exc:

@@ -59,3 +59,18 @@ def test_the_study_page_shows_a_failed_update_with_its_reason(client, alice, dat
     page = client.get(reverse("researcher:study_detail", args=[study.pk])).content.decode()
     assert 'id="corrective-failed"' in page and "SegmenterError: checkpoint missing" in page
     assert "failed 1" in page
+
+
+def test_the_quality_ranking_page_is_a_campaigns_and_says_when_mr_cannot_be_fitted(client, alice, dataset):
+    client.force_login(alice)
+    timed = make_study(dataset, publish=True, owner=alice)
+    assert client.get(reverse("researcher:study_quality", args=[timed.pk])).status_code == 404
+    study = make_study(dataset, publish=True, owner=alice, kind="corrective", batch_size=1, quota_pc=1)
+    page = client.get(reverse("researcher:study_quality", args=[study.pk]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'id="quality-refused"' in text and "has 0 finished instance(s) with ground truth" in text
+    assert 'id="corrective-top-form"' in text and 'name="top_percent"' in text
+    detail = client.get(reverse("researcher:study_detail", args=[study.pk])).content.decode()
+    assert 'id="corrective-download"' in detail and 'id="quality-ranking"' in detail
+    assert "1 instances, 3 rounds of up to 4 clicks each" in detail

@@ -245,3 +245,41 @@ def test_a_toloka_study_is_paid_in_dollars(dataset):
     assert "Currency: Toloka pays workers in USD, and 'EUR' is not it" in errors["currency"][0]
     assert StudyForm(_valid(dataset, platform="toloka", currency="USD")).is_valid()
     assert StudyForm(_valid(dataset, platform="prolific", currency="EUR")).is_valid()
+
+
+# --------------------------------------------------------------------------------------------------
+# Rules per study kind (issue 34.4): a corrective campaign is not judged by the timed study's rules
+
+
+def test_a_campaign_of_six_is_not_judged_by_the_timed_studys_seven_of_ten(alice, tmp_path):
+    folder = draw_dataset_folder(tmp_path / "six", n_images=6)
+    six = dataset_import(path=folder, layout="folder", name="six").dataset
+    # the defaults of a timed study (7 valid clicks a batch needs) beside a batch of 6
+    campaign = {**_valid(six, batch_size=6, min_valid_per_session=7, image_ms=0), "kind": "corrective"}
+    form = StudyForm(campaign)
+    assert form.is_valid(), form.errors
+    errors = _errors(six, batch_size=6, min_valid_per_session=7, image_ms=0)  # the same, timed
+    assert sorted(errors) == ["image_ms", "min_valid_per_session"]
+    client = APIClient()
+    client.force_authenticate(alice)
+    left_out = {k: v for k, v in campaign.items() if k not in ("min_valid_per_session", "image_ms")}
+    created = client.post("/api/researcher/studies/", left_out, format="json")  # model defaults: 7 of 10
+    assert created.status_code == 201, created.content
+    assert (created.json()["kind"], created.json()["batch_size"]) == ("corrective", 6)
+    timed = client.post("/api/researcher/studies/", {**left_out, "kind": "timed"}, format="json")
+    assert (
+        timed.status_code == 400
+        and "cannot be reached in a batch of 6" in timed.json()["min_valid_per_session"][0]
+    )
+
+
+def test_a_campaigns_session_must_leave_time_for_its_rounds(dataset):
+    # 3 instances x 3 rounds x 30 s per round = 270 s (the timed rule would ask for 45 s)
+    errors = _errors(dataset, kind="corrective", session_timeout_s=200)
+    assert list(errors) == ["session_timeout_s"]
+    assert "3 instances x 3 rounds; allow at least 270 s" in errors["session_timeout_s"][0]
+    assert StudyForm(_valid(dataset, kind="corrective", session_timeout_s=270)).is_valid()
+    assert (
+        "more than a day"
+        in _errors(dataset, kind="corrective", session_timeout_s=100_000)["session_timeout_s"][0]
+    )
