@@ -1,13 +1,13 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
 
 from . import views
+from .schema import CachedSchemaView
 
 app_name = "evaluation_api"
 urlpatterns = [
     path(
         "schema/",
-        SpectacularAPIView.as_view(
+        CachedSchemaView.as_view(
             urlconf="evaluation.schema_urls",
             custom_settings={
                 "TITLE": "Clicklab evaluation API",
