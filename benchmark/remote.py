@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 
 from benchmark.datasets import Dataset, SampleKey
-from benchmark.maskcodec import encode_png, encode_rle
+from benchmark.maskcodec import decode_png, encode_png, encode_rle
 from benchmark.session import REPORT_COLUMNS, SessionStateError, SubmitResult, session_files_write
+from benchmark.statecodec import decode_state, encode_state
 from segmenters.base import Click
 
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -153,6 +154,11 @@ class RemoteClickSession:
         self._summary: dict | None = None
         self._bar = None
         self._prefetched: dict | None = None
+        # What the method gets as previous_logits, as the local session keeps it; `_previous_known` is False
+        # when this process joined a sample mid-way (a resume): the server's copy is fetched on first use.
+        self._previous = None
+        self._previous_known = True
+        self._sample_here: int | None = None  # index of the sample this process last served
         self.round_trips_s: list[tuple[str, float]] = []  # (path, seconds) per request, for the bench
 
     # -- transport ---------------------------------------------------------------------------------
@@ -279,8 +285,16 @@ class RemoteClickSession:
         return True
 
     def _take(self, payload: dict) -> None:
-        self._served = payload
         sample = payload["sample"]
+        # New to this process: the server's first interaction of a sample, or any interaction of a sample
+        # this process has not served yet (a run resumed mid-sample), so the loop encodes its image.
+        first_here = sample["index"] != self._sample_here
+        self._served = {**payload, "is_new": bool(payload["is_new"]) or first_here}
+        self._sample_here = sample["index"]
+        if payload["round"] == 1:
+            self._previous, self._previous_known = None, True
+        elif first_here:
+            self._previous, self._previous_known = None, False
         key = SampleKey(sample["dataset"], sample["image_stem"], sample["object_stem"])
         self._sample = RemoteSample(
             key, sample["group"], sample["width"], sample["height"], sample["image_url"], self
@@ -288,6 +302,22 @@ class RemoteClickSession:
         if self._bar is not None and payload["is_new"] and sample["index"] > 0:
             self._bar.update(1)
         self._state = "awaiting_get"
+
+    @property
+    def previous_logits(self):
+        """What the sample's previous round submitted (``Prediction.logits``, the ``logits=`` given with an
+        array, else the mask), None on its first round: the local session's value. A process that resumed the
+        run mid-sample gets the copy the server kept with that submission."""
+        if not self._previous_known:
+            stored = self._request("GET", f"/api/eval/runs/{self.run_id}/previous/").json()
+            if stored["logits"] is not None:
+                self._previous = decode_state(base64.b64decode(stored["logits"]))
+            elif stored["prediction_png"] is not None:
+                assert self._sample is not None  # _take() set it when it found the sample new to this process
+                shape = (self._sample.height, self._sample.width)
+                self._previous = decode_png(base64.b64decode(stored["prediction_png"]), shape=shape)
+            self._previous_known = True
+        return self._previous
 
     def get_clicks(self, only_last: bool = False) -> tuple[RemoteSample, list[Click], bool]:
         if self._state == "finished":
@@ -303,8 +333,16 @@ class RemoteClickSession:
         clicks = [Click(x=float(x), y=float(y), is_positive=bool(p)) for x, y, p in raw]
         return self._sample, clicks, bool(self._served["is_new"])
 
-    def submit_masks(self, mask_or_probs: np.ndarray) -> SubmitResult:
+    def submit_masks(self, mask_or_probs, logits=None) -> SubmitResult:
+        """As the local session's: a ``segmenters.base.Prediction`` (its probabilities are thresholded and its
+        logits kept for :attr:`previous_logits`), a bool (H, W) mask or float (H, W) probabilities; ``logits``:
+        with an array, what :attr:`previous_logits` returns next round (default: the mask). The logits travel
+        with the mask (``benchmark.statecodec``), so a resumed run has them too."""
         timing_s = time.perf_counter() - getattr(self, "_clock", time.perf_counter())
+        if hasattr(mask_or_probs, "probabilities"):
+            if logits is None:
+                logits = getattr(mask_or_probs, "logits", None)
+            mask_or_probs = mask_or_probs.probabilities
         if self._state != "awaiting_mask":
             raise SessionStateError(
                 "submit_masks() called before get_clicks(): call next() and get_clicks() first."
@@ -322,12 +360,16 @@ class RemoteClickSession:
             body["mask_png"] = base64.b64encode(encode_png(mask)).decode("ascii")
         else:
             body["mask_rle"] = encode_rle(mask)
+        if logits is not None:
+            body["logits"] = base64.b64encode(encode_state(logits)).decode("ascii")
         key = uuid.uuid4().hex
         payload = self._poll("POST", f"/api/eval/runs/{self.run_id}/submit/", json_body=body, key=key)
         result = payload["result"]
         self._prefetched = payload.get("next")
         self._state, self._served = "ready", None
         value = float("nan") if result["iou"] is None else float(result["iou"])
+        if result["status"] == "accepted":
+            self._previous, self._previous_known = (mask if logits is None else logits), True
         return SubmitResult(result["status"], value, int(result["round"]), int(result["clicks"]))
 
     # -- results -----------------------------------------------------------------------------------

@@ -87,8 +87,17 @@ class EvaluationRun(models.Model):
     last_clicks = models.JSONField(default=list)
     new_sample = models.BooleanField(default=False)
     unit_done = models.BooleanField(default=False)
-    elapsed_s = models.FloatField(default=0.0, help_text="Server-measured time of the current sample.")
+    elapsed_s = models.FloatField(
+        default=0.0,
+        help_text="Method time of the current sample: the client's timing of each round, bounded by the server's.",
+    )
     pred_png = models.BinaryField(null=True, blank=True, help_text="Last accepted prediction of the sample.")
+    logits = models.BinaryField(
+        null=True,
+        blank=True,
+        help_text="The logits sent with the last accepted prediction (benchmark.statecodec, never decoded "
+        "here): what a resumed client passes as previous_logits.",
+    )
     clicker_state = models.JSONField(
         null=True,
         blank=True,
@@ -100,6 +109,7 @@ class EvaluationRun(models.Model):
     served = models.JSONField(null=True, blank=True, help_text="The payload of the interaction served last.")
     pending = models.JSONField(null=True, blank=True, help_text="Submission waiting to be scored.")
     pending_png = models.BinaryField(null=True, blank=True)
+    pending_logits = models.BinaryField(null=True, blank=True)
     submit_key = models.CharField(max_length=100, blank=True, default="")
     last_result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
@@ -142,7 +152,9 @@ class EvaluationRow(models.Model):
     y = models.FloatField()
     is_positive = models.BooleanField()
     iou = models.FloatField(null=True, help_text="Null when the submission timed out.")
-    timing_s = models.FloatField(help_text="Client-reported model time.")
+    timing_s = models.FloatField(
+        help_text="Method time: the client-reported time, bounded by server_timing_s (the network never counts)."
+    )
     server_timing_s = models.FloatField(
         help_text="Server-measured time from serving the clicks to the submission."
     )

@@ -113,6 +113,11 @@ class SubmitSerializer(serializers.Serializer):
         required=False, help_text="Base64 of an 8-bit PNG, 0/255, the sample's size."
     )
     mask_rle = serializers.JSONField(required=False, help_text='COCO RLE {"size": [H, W], "counts": "..."}.')
+    logits = serializers.CharField(
+        required=False,
+        help_text="Base64 of the method's Prediction.logits (benchmark.statecodec); kept with the mask and "
+        "returned by runs/{id}/previous/ to a resumed client. Never decoded by the server.",
+    )
     then_next = serializers.BooleanField(required=False, help_text="Answer with the next interaction too.")
 
 
@@ -123,6 +128,13 @@ class SubmitResponseSerializer(serializers.Serializer):
     )
     status = serializers.CharField(required=False, help_text="'scoring' (HTTP 202): poll GET runs/{id}/.")
     interaction = serializers.IntegerField(required=False)
+
+
+class PreviousSerializer(serializers.Serializer):
+    sample_index = serializers.IntegerField()
+    round = serializers.IntegerField(help_text="Rounds submitted on the current sample (0: nothing yet).")
+    prediction_png = serializers.CharField(allow_null=True, help_text="Base64 PNG of your last accepted prediction.")
+    logits = serializers.CharField(allow_null=True, help_text="Base64 of the logits you sent with it.")
 
 
 class ErrorSerializer(serializers.Serializer):

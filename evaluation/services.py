@@ -9,9 +9,9 @@ computing the next clicks (the run's clicker -- baseline, clicking group or repl
 prediction). It runs in the request for ordinary images and in a Celery worker
 (``tasks.evaluation.process_run``) for samples larger than ``EVAL_INLINE_MAX_PIXELS`` and for clicking-group
 runs, which compute clickability maps (``EVAL_GROUP_INLINE_MAX_PIXELS``); clients poll the run meanwhile.
-Every step is committed, so a server restart or a client reconnect resumes where it stopped. Differences from the local session: the time budget is
-enforced on the server's clock (from serving the clicks to receiving the mask); the client's own timing
-is only reported.
+Every step is committed, so a server restart or a client reconnect resumes where it stopped. The time budget
+``max_time_s`` means what it means locally, the method's time (the client's ``get_clicks`` -> ``submit_masks``),
+bounded by the server's clock (from serving the clicks to receiving the mask): the network never counts.
 """
 
 from __future__ import annotations
@@ -422,6 +422,7 @@ def _prepare_next(run: EvaluationRun) -> None:
             return
         run.clicks, run.last_clicks, run.round, run.elapsed_s = [], [], 0, 0.0
         run.unit_done, run.new_sample, run.pred_png, run.clicker_state = False, True, None, None
+        run.logits = None
 
 
 def _next_clicks(run: EvaluationRun) -> list[Click]:
@@ -534,12 +535,13 @@ def _score(run: EvaluationRun) -> None:
     else:
         pred = decode_png(bytes(run.pending_png), shape=truth.shape)
     run.round += 1
-    run.elapsed_s += pending["server_timing_s"]
+    run.elapsed_s += pending["timing_s"]  # the method's time (bounded by the server's clock at the submit)
     if run.max_time_s is not None and run.elapsed_s > run.max_time_s:
         run.unit_done = True
         value, status = float("nan"), "timed_out"
     else:
         run.pred_png = bytes(run.pending_png)
+        run.logits = None if run.pending_logits is None else bytes(run.pending_logits)
         value, status = iou(pred, truth.gt, truth.ignore), "accepted"
         if len(run.clicks) >= run.max_clicks or (run.stop_at_target and value >= max(run.target_ious)):
             run.unit_done = True
@@ -548,7 +550,7 @@ def _score(run: EvaluationRun) -> None:
         "interaction": pending["interaction"], "status": status, "iou": None if math.isnan(value) else value,
         "round": run.round, "clicks": len(run.clicks),
     }  # fmt: skip
-    run.pending, run.pending_png = None, None
+    run.pending, run.pending_png, run.pending_logits = None, None, None
 
 
 def _record(run: EvaluationRun, truth: _Truth, value: float, pending: dict, status: str) -> None:
@@ -625,7 +627,7 @@ def _finish(run: EvaluationRun) -> None:
         # per-instance NoC@85/90 and IoU-AuC: what the leaderboard's ΔSB/ΔGR/ΔHH are computed from
         run.instance_values = _no_nan(session_values(helper.get_report(), max_clicks=run.max_clicks))
     run.state, run.finished_at = State.FINISHED, timezone.now()
-    run.last_clicks, run.pred_png = [], None
+    run.last_clicks, run.pred_png, run.logits = [], None, None
 
 
 def locked_run(run_id, user) -> EvaluationRun:
@@ -727,6 +729,32 @@ def decode_submission(data: dict, shape: tuple[int, int]) -> np.ndarray:
         raise EvalError(400, "invalid_mask", str(exc)) from None
 
 
+def decode_logits(data: dict) -> bytes | None:
+    """The ``logits`` of a submission (base64 of the client's ``benchmark.statecodec`` bytes), or None."""
+    raw = data.get("logits")
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise EvalError(400, "invalid_logits", "logits must be a base64 string (benchmark.statecodec bytes).")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise EvalError(400, "invalid_logits", "logits is not valid base64.") from None
+
+
+def previous_prediction(run: EvaluationRun) -> dict:
+    """What the run's current sample submitted last (its accepted prediction): the mask as a base64 PNG and the
+    logits sent with it (base64, or null when none were sent). A client resumed in a new process passes them
+    back as ``previous_logits``. These are the client's own predictions, never the ground truth."""
+    has_sample = run.state in (State.READY, State.AWAITING_MASK) and run.round > 0 and run.pred_png
+    return {
+        "sample_index": run.unit_index,
+        "round": run.round if has_sample else 0,
+        "prediction_png": base64.b64encode(bytes(run.pred_png)).decode("ascii") if has_sample else None,
+        "logits": base64.b64encode(bytes(run.logits)).decode("ascii") if has_sample and run.logits else None,
+    }
+
+
 def _submit(*, run_id, user, data: dict, idempotency_key: str = "") -> tuple[int, dict]:
     """Take the mask of the served interaction; (status, payload): 200 with the result, 202 while scoring."""
     with transaction.atomic():
@@ -762,13 +790,18 @@ def _submit(*, run_id, user, data: dict, idempotency_key: str = "") -> tuple[int
             )
         truth = _truth(run.units[run.unit_index][0])
         pred = decode_submission(data, truth.shape)
+        logits = decode_logits(data)
         server_timing = (timezone.now() - run.served_at).total_seconds()
         run.pending = {
             "interaction": run.interaction,
-            "timing_s": float(timing),
+            # max_time_s counts the method's time, as the local session does: the client's perf_counter from
+            # get_clicks to submit_masks. It cannot exceed what the server saw pass between serving the clicks
+            # and receiving the mask (which also holds both transfers), so that bounds it.
+            "timing_s": min(float(timing), server_timing),
             "server_timing_s": server_timing,
         }
         run.pending_png, run.submit_key, run.state = encode_png(pred), idempotency_key[:100], State.PREPARING
+        run.pending_logits = logits
         run._decoded = (run.pending_png, pred)
         dispatch(run)
         following = _then_next(run, data, idempotency_key) if run.state != State.PREPARING else None

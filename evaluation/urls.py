@@ -27,6 +27,7 @@ urlpatterns = [
     path(
         "runs/<uuid:run_id>/samples/<int:index>/image.png", views.SampleImage.as_view(), name="sample-image"
     ),
+    path("runs/<uuid:run_id>/previous/", views.RunPrevious.as_view(), name="run-previous"),
     path("runs/<uuid:run_id>/report/", views.RunReport.as_view(), name="run-report"),
     path("runs/<uuid:run_id>/summary/", views.RunSummary.as_view(), name="run-summary"),
 ]

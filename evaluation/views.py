@@ -196,6 +196,15 @@ class RunReport(EvalView):
         return Response(rows)
 
 
+class RunPrevious(EvalView):
+    """The current sample's last accepted prediction: your mask and the logits you sent with it (a client resumed
+    in a new process passes them back to the method as ``previous_logits``)."""
+
+    @extend_schema(responses={200: serializers.PreviousSerializer, **ERRORS})
+    def get(self, request, run_id):
+        return Response(services.previous_prediction(self.run(run_id)))
+
+
 class RunSummary(EvalView):
     """The global summary (NoC, NoF, mIoU curve, IoU-AuC...), once the run is finished (else 409)."""
 
