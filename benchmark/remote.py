@@ -7,15 +7,17 @@
             sample, clicks, is_new = sess.get_clicks()
             if is_new:
                 embedding = predictor.encode(sample.load_image())
-            sess.submit_masks(predictor.predict(embedding, clicks).probabilities)
+            sess.submit_masks(predictor.predict(embedding, clicks, sess.previous_logits))
         report, summary = sess.get_report(), sess.get_global_summary()
 
 The server holds the ground truth, computes the clicks and scores the masks; this client only sees the
 image, the clicks and its own masks. Masks are thresholded here exactly as the local session does
-(``> threshold`` for floats) and sent as PNG. Every request carries an ``Idempotency-Key``; transport
-errors, 429 and 502/503/504 are retried with the same key, so a retry or a reconnect never double-submits.
-A run can be resumed from another process with ``ClickSession(host=..., key=..., resume=<run id>)``.
-Django-free (httpx only).
+(``> threshold`` for floats) and sent as PNG, with the prediction's logits (``benchmark.statecodec``), which
+the server keeps for a resumed run. Every request carries an ``Idempotency-Key``; transport errors, 429 and
+502/503/504 are retried with the same key, so a retry or a reconnect never double-submits. A run can be
+resumed from another process with ``ClickSession(host=..., key=..., resume=<run id>)``: the first sample it
+serves is new to it (``is_new``) and ``previous_logits`` is what the old process submitted last. ``max_time_s``
+is the method's time (``get_clicks`` -> ``submit_masks``, measured here), as locally. Django-free (httpx only).
 """
 
 from __future__ import annotations

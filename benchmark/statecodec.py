@@ -67,7 +67,9 @@ def encode_state(value: Any) -> bytes:
         array = _to_array(item)
         if array is not None:
             if array.dtype.kind not in "biuf":
-                raise StateCodecError(f"logits{where} is an array of dtype {array.dtype}; send numbers or bools.")
+                raise StateCodecError(
+                    f"logits{where} is an array of dtype {array.dtype}; send numbers or bools."
+                )
             arrays.append(array)
             return {"array": len(arrays) - 1, "dtype": array.dtype.str, "shape": list(array.shape),
                     "scalar": isinstance(item, np.generic)}  # fmt: skip
@@ -79,7 +81,9 @@ def encode_state(value: Any) -> bytes:
                 raise StateCodecError(f"logits{where} is a dict with non-string keys; use string keys.")
             return {"dict": {k: tree(v, f"{where}[{k!r}]") for k, v in item.items()}}
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
-            fields = {f.name: tree(getattr(item, f.name), f"{where}.{f.name}") for f in dataclasses.fields(item)}
+            fields = {
+                f.name: tree(getattr(item, f.name), f"{where}.{f.name}") for f in dataclasses.fields(item)
+            }
             return {"dataclass": f"{type(item).__module__}:{type(item).__qualname__}", "fields": fields}
         raise StateCodecError(
             f"logits{where} is a {type(item).__module__}.{type(item).__qualname__}, which cannot be sent to the "

@@ -133,7 +133,9 @@ class SubmitResponseSerializer(serializers.Serializer):
 class PreviousSerializer(serializers.Serializer):
     sample_index = serializers.IntegerField()
     round = serializers.IntegerField(help_text="Rounds submitted on the current sample (0: nothing yet).")
-    prediction_png = serializers.CharField(allow_null=True, help_text="Base64 PNG of your last accepted prediction.")
+    prediction_png = serializers.CharField(
+        allow_null=True, help_text="Base64 PNG of your last accepted prediction."
+    )
     logits = serializers.CharField(allow_null=True, help_text="Base64 of the logits you sent with it.")
 
 

@@ -165,7 +165,22 @@ BAD = {
     "no mask": (lambda s: {}, 400, "invalid_mask", "exactly one"),
     "wrong sample (old interaction)": (lambda s: {"interaction": 0, "mask_png": png_b64(np.zeros(s, bool))}, 409, "wrong_interaction", "awaits the mask of interaction 1"),
     "negative timing": (lambda s: {"timing_s": -1, "mask_png": png_b64(np.zeros(s, bool))}, 400, "invalid_timing", "timing_s"),
+    "logits not base64": (lambda s: {"logits": "%%%", "mask_png": png_b64(np.zeros(s, bool))}, 400, "invalid_logits", "base64"),
+    "logits not a string": (lambda s: {"logits": [1, 2], "mask_png": png_b64(np.zeros(s, bool))}, 400, "invalid_logits", "base64 string"),
 }  # fmt: skip
+
+
+def test_a_claimed_time_beyond_the_servers_clock_counts_as_the_servers(api, eval_dataset):
+    """max_time_s counts the client's method time, bounded by what the server saw pass (serve -> submit)."""
+    from evaluation.models import EvaluationRow
+
+    run_id = start(api, max_time_s=3600)
+    served = serve(api, run_id)
+    shape = (served["sample"]["height"], served["sample"]["width"])
+    body = {"interaction": 1, "timing_s": 5000.0, "mask_png": png_b64(np.zeros(shape, bool))}
+    assert api.post(f"/api/eval/runs/{run_id}/submit/", body, format="json").status_code == 200
+    row = EvaluationRow.objects.get(run_id=run_id)
+    assert row.timing_s == row.server_timing_s < 60, (row.timing_s, row.server_timing_s)
 
 
 def test_bad_submissions_are_4xx_naming_the_problem_and_change_nothing(api, eval_dataset):

@@ -27,7 +27,11 @@ pytestmark = [pytest.mark.dataset, pytest.mark.slow]
 
 
 def _loop(*args: str) -> subprocess.Popen:
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.evaluation.readme_loop", *args],
         cwd=PROJECT_ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -68,7 +72,9 @@ def test_the_readme_loop_killed_and_resumed_remotely_gives_the_local_report(
     local_folder, local_lines = local_run
 
     remote = ["--host", live_server.url, "--key", eval_key, "--out", str(tmp_path / "remote")]
-    first = _loop(*common, *remote, "--stop-after", "6", "--stop-at", stop_at)  # mid-sample: 4 clicks a sample
+    first = _loop(
+        *common, *remote, "--stop-after", "6", "--stop-at", stop_at
+    )  # mid-sample: 4 clicks a sample
     first_lines = _until_stop(first)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
