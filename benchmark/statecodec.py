@@ -112,6 +112,41 @@ def _dataclass(path: str, fields: dict) -> Any:
     return target(**fields)
 
 
+class _Arrays:
+    """The array bytes after the header, taken in the order the encoder wrote them."""
+
+    def __init__(self, raw: bytes, offset: int) -> None:
+        self.raw, self.offset, self.count = raw, offset, 0
+
+    def take(self, item: dict) -> Any:
+        dtype, shape = np.dtype(item["dtype"]), tuple(int(n) for n in item["shape"])
+        size = dtype.itemsize * math.prod(shape)
+        if self.offset + size > len(self.raw) or dtype.kind not in "biuf":
+            raise StateCodecError("the stored logits are damaged (an array runs past the end).")
+        array = _unshuffle(self.raw[self.offset : self.offset + size], dtype, shape)
+        self.offset += size
+        self.count += 1
+        return array[()] if item.get("scalar") else array
+
+
+def _build(item: Any, arrays: _Arrays) -> Any:
+    if not isinstance(item, dict):
+        return item
+    if "float" in item:
+        return float(item["float"])
+    if "array" in item:
+        return arrays.take(item)
+    if "list" in item:
+        return [_build(v, arrays) for v in item["list"]]
+    if "tuple" in item:
+        return tuple(_build(v, arrays) for v in item["tuple"])
+    if "dict" in item:
+        return {k: _build(v, arrays) for k, v in item["dict"].items()}
+    if "dataclass" in item:
+        return _dataclass(item["dataclass"], {k: _build(v, arrays) for k, v in item["fields"].items()})
+    raise StateCodecError(f"the stored logits hold an unknown entry {sorted(item)[:3]}.")
+
+
 def decode_state(data: bytes) -> Any:
     """The value :func:`encode_state` encoded; StateCodecError when ``data`` is not such an encoding."""
     if not data.startswith(MAGIC):
@@ -122,35 +157,8 @@ def decode_state(data: bytes) -> Any:
         header = json.loads(raw[4 : 4 + length])
     except (zlib.error, struct.error, ValueError) as exc:
         raise StateCodecError(f"the stored logits are damaged ({type(exc).__name__}).") from None
-    offset = 4 + length
-    arrays: dict[int, np.ndarray] = {}
-
-    def build(item: Any) -> Any:
-        nonlocal offset
-        if not isinstance(item, dict):
-            return item
-        if "float" in item:
-            return float(item["float"])
-        if "array" in item:
-            dtype, shape = np.dtype(item["dtype"]), tuple(int(n) for n in item["shape"])
-            size = dtype.itemsize * math.prod(shape)
-            if offset + size > len(raw) or dtype.kind not in "biuf":
-                raise StateCodecError("the stored logits are damaged (an array runs past the end).")
-            array = _unshuffle(raw[offset : offset + size], dtype, shape)
-            offset += size
-            arrays[item["array"]] = array
-            return array[()] if item.get("scalar") else array
-        if "list" in item:
-            return [build(v) for v in item["list"]]
-        if "tuple" in item:
-            return tuple(build(v) for v in item["tuple"])
-        if "dict" in item:
-            return {k: build(v) for k, v in item["dict"].items()}
-        if "dataclass" in item:
-            return _dataclass(item["dataclass"], {k: build(v) for k, v in item["fields"].items()})
-        raise StateCodecError(f"the stored logits hold an unknown entry {sorted(item)[:3]}.")
-
-    value = build(header["tree"])
-    if len(arrays) != header.get("arrays") or offset != len(raw):
+    arrays = _Arrays(raw, 4 + length)
+    value = _build(header["tree"], arrays)
+    if arrays.count != header.get("arrays") or arrays.offset != len(raw):
         raise StateCodecError("the stored logits are damaged (array count or length differs).")
     return value
