@@ -62,7 +62,7 @@ class RemoteSample:
     _session: RemoteClickSession = field(repr=False)
 
     def load_image(self) -> np.ndarray:
-        return self._session._image(self.image_url)
+        return self._session._image(self.image_url, self.key.image_stem)
 
 
 class RemoteClickSession:
@@ -211,16 +211,18 @@ class RemoteClickSession:
             time.sleep(wait)
             wait = min(wait * 2, 0.25)
 
-    def _image(self, url: str) -> np.ndarray:
-        if url not in self._images:
+    def _image(self, url: str, image_stem: str) -> np.ndarray:
+        """The sample's image, downloaded once per image (the groups of an instance, and the instances of an
+        image, follow one another); a fresh copy each call, as the local ``Sample.load_image`` gives."""
+        if image_stem not in self._images:
             import io
 
             from PIL import Image
 
             data = self._request("GET", url).content
-            self._images.clear()  # one sample at a time
-            self._images[url] = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-        return self._images[url]
+            self._images.clear()  # one image at a time
+            self._images[image_stem] = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        return self._images[image_stem].copy()
 
     # -- context manager ---------------------------------------------------------------------------
 

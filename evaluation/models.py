@@ -119,6 +119,9 @@ class EvaluationRun(models.Model):
     )
     scored_async = models.PositiveIntegerField(default=0, help_text="Submissions scored by a Celery worker.")
     server_seconds = models.FloatField(default=0.0, help_text="Server time spent scoring and preparing.")
+    rows_written = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Report rows so far (null: a run created before it was counted)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     expires_at = models.DateTimeField()

@@ -126,9 +126,7 @@ def key_create(request):
 @researcher_required
 @require_POST
 def key_revoke(request, key_id: int):
-    from django.utils import timezone
-
-    EvaluationKey.objects.filter(pk=key_id, user=request.user).update(revoked_at=timezone.now())
+    services.key_revoke(user=request.user, key_id=key_id)
     messages.info(request, "The key is revoked; requests with it are refused from now on.")
     return redirect("evaluation_pages:leaderboard")
 

@@ -7,8 +7,8 @@ Order of calls for a run, as in :class:`benchmark.session.ClickSession`::
 ``preparing`` is the server's own work: scoring a submission (IoU against the ground truth, kept here) and
 computing the next clicks (the run's clicker -- baseline, clicking group or replay -- on the last accepted
 prediction). It runs in the request for ordinary images and in a Celery worker
-(``tasks.evaluation.process_run``) for samples larger than ``EVAL_INLINE_MAX_PIXELS`` and for clicking-group
-runs, which compute clickability maps (``EVAL_GROUP_INLINE_MAX_PIXELS``); clients poll the run meanwhile.
+(``tasks.evaluation.process_run``) for samples larger than ``EVAL_INLINE_MAX_PIXELS`` (clicking-group runs,
+which compute clickability maps: ``EVAL_GROUP_INLINE_MAX_PIXELS``); clients poll the run meanwhile.
 Every step is committed, so a server restart or a client reconnect resumes where it stopped. The time budget
 ``max_time_s`` means what it means locally, the method's time (the client's ``get_clicks`` -> ``submit_masks``),
 bounded by the server's clock (from serving the clicks to receiving the mask): the network never counts.
@@ -20,9 +20,11 @@ import base64
 import binascii
 import functools
 import hashlib
+import io
 import logging
 import math
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from django.db import transaction
 from django.utils import timezone
+from PIL import Image as PILImage
 
 from benchmark.clickability.click_model import BASELINE_NAMES, load_click_model
 from benchmark.clickers import DEFAULT_GROUP_BOUNDS, BaselineClicker, GroupClicker, Round1Cache
@@ -81,17 +84,49 @@ def create_key(*, user, name: str = "") -> tuple[EvaluationKey, str]:
     return key, raw
 
 
+# hash -> (monotonic time of the lookup, the key with its user): a run's every request is authenticated, and a
+# query per request was a fifth of a submission's database round trips (bench/bench_eval_remote.py)
+_known_keys: dict[str, tuple[float, EvaluationKey]] = {}
+_known_keys_lock = threading.Lock()
+
+
 def key_lookup(raw: str) -> EvaluationKey | None:
+    """The valid key ``raw`` is (its user active, not revoked), else None. A valid key is remembered by this
+    process for ``EVAL_KEY_CACHE_S`` seconds: a key revoked elsewhere stops working within that time (at once
+    in the process that revoked it, :func:`key_revoke`)."""
+    digest, now = key_hash(raw), time.monotonic()
+    known = _known_keys.get(digest)
+    if known is not None and now - known[0] < limit("EVAL_KEY_CACHE_S"):
+        return known[1]
     key = (
         EvaluationKey.objects.select_related("user")
-        .filter(key_hash=key_hash(raw), revoked_at__isnull=True, user__is_active=True)
+        .filter(key_hash=digest, revoked_at__isnull=True, user__is_active=True)
         .first()
     )
     if key is not None and (
         key.last_used_at is None or timezone.now() - key.last_used_at > timedelta(minutes=1)
     ):
         EvaluationKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    with _known_keys_lock:
+        if len(_known_keys) > 10_000:
+            _known_keys.clear()
+        if key is None:
+            _known_keys.pop(digest, None)
+        else:
+            _known_keys[digest] = (now, key)
     return key
+
+
+def key_revoke(*, user, key_id: int) -> int:
+    """Revoke ``user``'s key ``key_id`` (refused from now on in this process, within ``EVAL_KEY_CACHE_S``
+    everywhere); returns how many keys were revoked (0 or 1)."""
+    revoked = EvaluationKey.objects.filter(pk=key_id, user=user, revoked_at__isnull=True)
+    hashes = list(revoked.values_list("key_hash", flat=True))
+    count = revoked.update(revoked_at=timezone.now())
+    with _known_keys_lock:
+        for digest in hashes:
+            _known_keys.pop(digest, None)
+    return count
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,6 +175,20 @@ def sample_image(instance: Instance) -> np.ndarray:
     if picture.shape[:2] != (image.height, image.width):
         picture = resize_long_side(picture, max(image.width, image.height))
     return picture
+
+
+@functools.lru_cache(maxsize=4)
+def sample_image_png(instance_id: int) -> bytes:
+    """The PNG a client downloads for an instance's image (:func:`sample_image`, lossless); cached per process:
+    every group of an instance, and every instance of an image, is served the same bytes."""
+    instance = Instance.objects.select_related("image").filter(pk=instance_id).first()
+    if instance is None:
+        raise EvalError(
+            409, "sample_gone", f"instance {instance_id} of this run was deleted; start a new run."
+        )
+    buffer = io.BytesIO()
+    PILImage.fromarray(sample_image(instance)).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,7 +325,7 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
             owner=user, key=key, create_key=create_key[:100], dataset=dataset, method=method,
             session_id=secrets.token_hex(8), clicker=clicker, max_clicks=max_clicks, max_time_s=max_time_s,
             threshold=threshold, target_ious=targets, stop_at_target=data.get("stop_at_target", False),
-            seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING,
+            seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING, rows_written=0,
             click_model=click_model, group_bounds=group_bounds,
             expires_at=timezone.now() + timedelta(seconds=limit("EVAL_RUN_TTL_S")),
         )  # fmt: skip
@@ -322,10 +371,26 @@ def _pixels_of_unit(run: EvaluationRun, index: int) -> int:
     return width * height
 
 
-def dispatch(run: EvaluationRun) -> None:
+#: What changes on a run after its creation: a step saves only these (its configuration and visiting order,
+#: ``units``, which is long for a group run, are written once, by the create).
+STEP_FIELDS = [
+    "state", "unit_index", "round", "clicks", "last_clicks", "new_sample", "unit_done", "elapsed_s", "pred_png",
+    "logits", "clicker_state", "interaction", "next_key", "served_at", "served", "pending", "pending_png",
+    "pending_logits", "submit_key", "last_result", "error", "summary", "instance_values", "scored_async",
+    "server_seconds", "rows_written", "updated_at", "finished_at",
+]  # fmt: skip
+
+
+def save_step(run: EvaluationRun) -> None:
+    deferred = run.get_deferred_fields()  # the logits a request did not load (nor set) stay as they are
+    run.save(update_fields=[name for name in STEP_FIELDS if name not in deferred])
+
+
+def dispatch(run: EvaluationRun, *, save: bool = True) -> None:
     """Do the locked run's pending work now, in its transaction (small samples), or hand it to a Celery
-    worker once the transaction commits (large ones, and clicking-group runs, whose clickability maps are
-    computed there); saves the run."""
+    worker once the transaction commits (large ones: ``EVAL_INLINE_MAX_PIXELS``, and for clicking-group runs,
+    whose clickability maps cost more, ``EVAL_GROUP_INLINE_MAX_PIXELS``); saves the run unless ``save`` is
+    False (the caller saves it once, with what else it changed)."""
     index = run.unit_index if run.unit_index >= 0 else 0
     pixels = _pixels_of_unit(run, index)
     if pixels > limit("EVAL_INLINE_MAX_PIXELS") or (
@@ -335,7 +400,8 @@ def dispatch(run: EvaluationRun) -> None:
         task_intent_add(name=task_names.EVALUATION_PROCESS_RUN, args=[str(run.pk)])
     else:
         _process(run)
-    run.save()
+    if save:
+        save_step(run)
 
 
 def expire_due(run_id=None) -> int:
@@ -366,18 +432,19 @@ def process_run(run_id, *, asynchronous: bool = False) -> None:
         if run is None or run.state != State.PREPARING:
             return  # done already (a redelivered task) or gone
         _process(run, asynchronous=asynchronous)
-        run.save()
+        save_step(run)
 
 
 def _process(run: EvaluationRun, *, asynchronous: bool = False) -> None:
     """The work of ``preparing`` on a locked run (the caller saves it)."""
     started = time.perf_counter()
+    run._new_rows = []  # the report rows of this step, written once the whole step succeeded
     try:
-        with transaction.atomic():  # a savepoint: a failure leaves no half-written report rows
-            if run.pending is not None:
-                _score(run)
-                run.scored_async += int(asynchronous)
-            _prepare_next(run)
+        if run.pending is not None:
+            _score(run)
+            run.scored_async += int(asynchronous)
+        _prepare_next(run)
+        _write_rows(run)
     except EvalError as exc:
         run.state, run.error = State.FAILED, exc.message
     except Exception as exc:  # a bug or broken files: fail the run visibly instead of leaving it hanging
@@ -554,9 +621,10 @@ def _score(run: EvaluationRun) -> None:
 
 
 def _record(run: EvaluationRun, truth: _Truth, value: float, pending: dict, status: str) -> None:
-    position = run.rows.count()
+    """The rows of the scored round, kept on ``run._new_rows`` for :func:`_process` to write."""
+    position = run.rows_written if run.rows_written is not None else run.rows.count()  # older runs: count
     first_index = len(run.clicks) - len(run.last_clicks)
-    EvaluationRow.objects.bulk_create(
+    run._new_rows.extend(
         EvaluationRow(
             run=run,
             position=position + offset,
@@ -613,7 +681,16 @@ def _no_nan(value):
     return value
 
 
+def _write_rows(run: EvaluationRun) -> None:
+    """Write the rows :func:`_record` kept (once the next clicks are made: a failure before leaves none)."""
+    rows, run._new_rows = getattr(run, "_new_rows", []), []
+    if rows:
+        EvaluationRow.objects.bulk_create(rows)
+        run.rows_written = (run.rows_written or 0) + len(rows)
+
+
 def _finish(run: EvaluationRun) -> None:
+    _write_rows(run)  # the last round's rows belong in the summary
     # The local session's own summary code, on the stored rows, so both summaries are computed alike.
     group = (
         {"click_model": run.click_model, "group_bounds": run.group_bounds} if run.clicker == "group" else {}
@@ -631,7 +708,14 @@ def _finish(run: EvaluationRun) -> None:
 
 
 def locked_run(run_id, user) -> EvaluationRun:
-    run = EvaluationRun.objects.select_for_update().filter(pk=run_id, owner=user).first()
+    """The user's run, locked for this transaction. The stored logits (up to megabytes) are not read: a step
+    only replaces them (``runs/{id}/previous/`` reads them)."""
+    run = (
+        EvaluationRun.objects.select_for_update()
+        .defer("logits", "pending_logits")
+        .filter(pk=run_id, owner=user)
+        .first()
+    )
     if run is None:
         raise EvalError(404, "unknown_run", f"run {run_id} does not exist or is not yours.")
     return run
@@ -668,8 +752,8 @@ def _resend_if_stuck(run: EvaluationRun) -> None:
         run.save(update_fields=["updated_at"])
 
 
-def _serve(run: EvaluationRun, idempotency_key: str) -> dict:
-    """Serve the prepared interaction of a locked ``ready`` run (saves it)."""
+def _serve(run: EvaluationRun, idempotency_key: str, *, save: bool = True) -> dict:
+    """Serve the prepared interaction of a locked ``ready`` run (saves it unless ``save`` is False)."""
     truth = _truth(run.units[run.unit_index][0])
     width, height = _size(run.units[run.unit_index][0])
     run.interaction += 1
@@ -690,11 +774,12 @@ def _serve(run: EvaluationRun, idempotency_key: str) -> dict:
         timezone.now(),
     )
     run.next_key = idempotency_key[:100]
-    run.save()
+    if save:
+        save_step(run)
     return payload
 
 
-def _then_next(run: EvaluationRun, data: dict, submit_key: str) -> dict | None:
+def _then_next(run: EvaluationRun, data: dict, submit_key: str, *, save: bool = True) -> dict | None:
     """With ``then_next``, a submission's answer also carries the next interaction (one request per
     interaction instead of two); a retried submission gets the same one."""
     if data.get("then_next") is not True:
@@ -703,7 +788,7 @@ def _then_next(run: EvaluationRun, data: dict, submit_key: str) -> dict | None:
     if run.state == State.FINISHED:
         return {"done": True, "run": str(run.pk)}
     if run.state == State.READY:
-        return _serve(run, key)
+        return _serve(run, key, save=save)
     if run.state == State.AWAITING_MASK and key and run.next_key == key:
         return run.served
     return None
@@ -800,11 +885,16 @@ def _submit(*, run_id, user, data: dict, idempotency_key: str = "") -> tuple[int
             "timing_s": min(float(timing), server_timing),
             "server_timing_s": server_timing,
         }
-        run.pending_png, run.submit_key, run.state = encode_png(pred), idempotency_key[:100], State.PREPARING
+        # the client's PNG, checked by the decode, is kept as it came (an RLE is stored as a PNG)
+        png = base64.b64decode(data["mask_png"]) if data.get("mask_png") is not None else encode_png(pred)
+        run.pending_png, run.submit_key, run.state = png, idempotency_key[:100], State.PREPARING
         run.pending_logits = logits
         run._decoded = (run.pending_png, pred)
-        dispatch(run)
-        following = _then_next(run, data, idempotency_key) if run.state != State.PREPARING else None
+        dispatch(run, save=False)
+        following = (
+            _then_next(run, data, idempotency_key, save=False) if run.state != State.PREPARING else None
+        )
+        save_step(run)  # one write of the run per submission
     if run.state == State.PREPARING:
         return 202, {"status": "scoring", "interaction": run.interaction}
     if run.state == State.FAILED:

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import io
 import math
 
 from django.db.models import Count
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from PIL import Image as PILImage
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import ParseError
 from rest_framework.permissions import IsAuthenticated
@@ -18,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.api.permissions import IsResearcher
-from collector.models import Dataset, Instance
+from collector.models import Dataset
 
 from . import serializers, services
 from .auth import EvaluationKeyAuthentication, EvaluationRateThrottle
@@ -176,10 +174,7 @@ class SampleImage(EvalView):
         if not 0 <= index <= min(run.unit_index, len(run.units) - 1):
             raise services.EvalError(404, "unknown_sample",
                                      f"sample {index} of run {run_id} has not been reached (current: {run.unit_index}).")  # fmt: skip
-        instance = Instance.objects.select_related("image").get(pk=run.units[index][0])
-        buffer = io.BytesIO()
-        PILImage.fromarray(services.sample_image(instance)).save(buffer, format="PNG", compress_level=1)
-        response = HttpResponse(buffer.getvalue(), content_type="image/png")
+        response = HttpResponse(services.sample_image_png(run.units[index][0]), content_type="image/png")
         response["Cache-Control"] = "private, max-age=3600"
         return response
 

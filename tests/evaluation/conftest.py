@@ -96,5 +96,6 @@ def _fresh_sample_caches():
 def clear_sample_caches(services) -> None:
     """Forget what a server process caches per instance (GT, sizes, images, round-1 maps and caches, click models)."""
     for cached in (services._truth, services._size, services._image, services._first_round,
-                   services._click_model):  # fmt: skip
+                   services._click_model, services.sample_image_png):  # fmt: skip
         cached.cache_clear()
+    services._known_keys.clear()

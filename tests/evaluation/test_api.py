@@ -270,3 +270,28 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
     settings.EVAL_RATE_LIMIT = "3/min"
     statuses = [api.get(f"/api/eval/runs/{run_id}/").status_code for _ in range(4)]
     assert statuses == [200, 200, 200, 429]
+
+
+def test_a_revoked_key_is_refused_at_once_where_it_was_revoked_and_within_the_cache_time_elsewhere(
+    api, eval_dataset, eval_key, researcher, client, settings
+):
+    from django.utils import timezone
+
+    from evaluation.models import EvaluationKey
+    from evaluation.services import create_key
+
+    settings.EVAL_KEY_CACHE_S = 30
+    assert api.get("/api/eval/datasets/").status_code == 200  # looked up once, then remembered
+    EvaluationKey.objects.filter(user=researcher).update(revoked_at=timezone.now())  # "another process"
+    assert api.get("/api/eval/datasets/").status_code == 200  # within EVAL_KEY_CACHE_S: still known here
+    settings.EVAL_KEY_CACHE_S = 0
+    refused = api.get("/api/eval/datasets/")
+    assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
+
+    settings.EVAL_KEY_CACHE_S = 30
+    other, raw = create_key(user=researcher, name="second")
+    api.credentials(HTTP_AUTHORIZATION=f"EvalKey {raw}")
+    assert api.get("/api/eval/datasets/").status_code == 200
+    client.force_login(researcher)
+    client.post(f"/eval/keys/{other.pk}/revoke/")  # revoked through the page, in this process
+    assert api.get("/api/eval/datasets/").status_code == 401
