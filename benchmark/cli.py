@@ -10,7 +10,6 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import json
 import logging
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.datasets import LAYOUTS, Dataset, DatasetError, open_dataset
+from benchmark.datasets import LAYOUTS, Dataset, DatasetError, dataset_content_hash, open_dataset
 from benchmark.engine import (
     EngineConfig,
     EngineError,
@@ -32,6 +31,7 @@ from benchmark.engine import (
     run_celery,
     run_local,
 )
+from benchmark.provenance import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -61,29 +61,6 @@ def guess_layout(root: Path) -> str:
     raise DatasetError(
         f"{root}: cannot tell the dataset layout from the folder; pass --layout (one of {', '.join(LAYOUTS)})."
     )
-
-
-def dataset_content_hash(dataset: Dataset) -> str:
-    """blake2b (32 hex digits) of every image and mask file of the dataset, with their relative paths."""
-    digest = hashlib.blake2b(digest_size=16)
-    root = Path(dataset.root)
-    files = sorted({p for sample in dataset.samples for p in (sample.image_path, sample.mask_path)})
-    for path in files:
-        try:
-            relative = str(Path(path).relative_to(root))
-        except ValueError:
-            relative = str(path)
-        digest.update(relative.encode("utf-8") + b"\x00")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\x00")
-    digest.update(
-        json.dumps(
-            [(s.key.image_stem, s.key.object_stem, s.object_id, s.max_side) for s in dataset.samples]
-        ).encode()
-    )
-    return digest.hexdigest()
 
 
 def claim_run_dir(run_dir: Path, dataset: Dataset, content_hash: str) -> None:
@@ -252,10 +229,13 @@ def run(args: argparse.Namespace) -> int:
     # which weights made the masks (segmenters.provenance): one model per run folder
     summary["model_ids"] = sorted({r.model_id for r in results})
     summary["checkpoint_sha256"] = sorted({r.checkpoint_sha256 for r in results})
+    summary["click_model"] = args.click_model if args.groups else None  # a name, or the checkpoint given
+    summary["code_version"] = code_version()
     stored, timing = report.split_timing(summary)  # wall times apart: summary.json is reproducible
     (run_dir / "summary.json").write_text(json.dumps(stored, indent=1), encoding="utf-8")
     (run_dir / "timing.json").write_text(json.dumps(timing, indent=1), encoding="utf-8")
     plots.plot_miou_curves(summary, run_dir / "miou_vs_clicks.png")
+    plots.plot_time_curves(summary, run_dir / "miou_vs_time.png")
     if args.heatmaps:
         by_key = {sample.key: sample for sample in samples}
         plots.plot_heatmaps(results, by_key, run_dir / "heatmaps", limit=args.heatmaps)
@@ -263,6 +243,11 @@ def run(args: argparse.Namespace) -> int:
     csv_path, md_path = report.write_report(rows, args.out)
     report.write_timing(_all_summaries(args.out, "timing.json"), args.out)
     print(report.to_markdown(report.table([summary])), end="")
+    timed = [f"{label} {summary[key]:.3f}" for key, label in (("time_auc_base", "Base"), ("time_auc_sample", "Sample"))
+             if key in summary]  # fmt: skip
+    if timed:
+        print(f"mIoU against method time, AUC: {', '.join(timed)} (curves in {run_dir / 'timing.json'}, "
+              f"{run_dir / 'miou_vs_time.png'})")  # fmt: skip
     print(f"Per-instance arrays: {run_dir / 'instances'}\nReport: {csv_path} and {md_path}")
     return 0
 

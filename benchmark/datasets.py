@@ -27,6 +27,8 @@ Every problem raises :class:`DatasetError` naming the file and what to do about 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import unicodedata
 import warnings
 from dataclasses import dataclass
@@ -403,3 +405,28 @@ def validate_sample(sample: Sample) -> CheckedSample:
         )
     height, width = object_mask.shape
     return CheckedSample(width, height, original_w, original_h, object_mask, ignore_mask)
+
+
+def dataset_content_hash(dataset: Dataset) -> str:
+    """blake2b (32 hex digits) of every image and mask file of the dataset, with their relative paths: the
+    dataset's identity in a ``benchmark run`` folder (``dataset.json``, ``summary.json``) and in what
+    ``python -m benchmark publish`` sends a leaderboard. Two folders with the same files have the same hash."""
+    digest = hashlib.blake2b(digest_size=16)
+    root = Path(dataset.root)
+    files = sorted({p for sample in dataset.samples for p in (sample.image_path, sample.mask_path)})
+    for path in files:
+        try:
+            relative = str(Path(path).relative_to(root))
+        except ValueError:
+            relative = str(path)
+        digest.update(relative.encode("utf-8") + b"\x00")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\x00")
+    digest.update(
+        json.dumps(
+            [(s.key.image_stem, s.key.object_stem, s.object_id, s.max_side) for s in dataset.samples]
+        ).encode()
+    )
+    return digest.hexdigest()
