@@ -4,7 +4,8 @@ Subcommands:
 
 * ``run``: evaluate a registered segmenter on a dataset folder (see ``benchmark/README.md``);
 * ``train-clickability``: delegates to ``benchmark.clickability.train.main(argv)``;
-* ``analyze``: delegates to ``benchmark.analyses.main(argv)``.
+* ``analyze``: delegates to ``benchmark.analyses.main(argv)``;
+* ``publish``: delegates to ``benchmark.publish.main(argv)`` (a run folder to an evaluation server's leaderboard).
 """
 
 from __future__ import annotations
@@ -273,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_run_parser(sub.add_parser("run", help="evaluate a segmenter on a dataset"))
     sub.add_parser("train-clickability", help="train the clickability model", add_help=False)
     sub.add_parser("analyze", help="click-model and display-mode analyses", add_help=False)
+    sub.add_parser("publish", help="put a run on an evaluation server's leaderboard", add_help=False)
+    if argv and argv[0] == "publish":
+        return _delegate("benchmark.publish", argv[1:])
     if argv and argv[0] == "train-clickability":
         return _delegate("benchmark.clickability.train", argv[1:])
     if argv and argv[0] == "analyze":

@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,14 @@ from benchmark.statecodec import decode_state, encode_state
 from segmenters.base import Click
 
 RETRY_STATUSES = {429, 502, 503, 504}
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()  # an argument the caller did not pass (a benchmark's protocol then decides)
 
 
 class RemoteError(RuntimeError):
@@ -71,6 +80,9 @@ class RemoteClickSession:
     Args:
       host: server base URL; key: the evaluation key (``EvalKey``) shown once in the researcher area.
       dataset: the server's dataset name (or a local :class:`Dataset`, whose name is used).
+      benchmark: a published benchmark's slug: the run follows its protocol (clickers, ``max_clicks``,
+        ``max_time_s``, ``seed``, ``click_model``, ``group_bounds``) and appears on its leaderboard. Leave those
+        arguments out (the benchmark's apply); one that differs from the protocol is refused, naming it.
       method: the name the run appears under on the leaderboard.
       click_model, group_bounds: with ``clicker="group"``, the server's click model by name (``dt`` by
         default, ``uniform``/``ud``, ``sm``, ``si``) and the clicking groups (default G1..G10); the same
@@ -88,14 +100,15 @@ class RemoteClickSession:
         *,
         host: str,
         key: str | None,
-        dataset: str | Dataset,
-        clicker: str = "baseline",
-        max_clicks: int = 20,
-        max_time_s: float | None = None,
+        dataset: str | Dataset | None = None,
+        benchmark: str | None = None,
+        clicker: Any = UNSET,  # UNSET: the benchmark's, else the local session's default ("baseline")
+        max_clicks: Any = UNSET,  # 20
+        max_time_s: Any = UNSET,  # None
         threshold: float = 0.5,
         target_ious=(0.85, 0.90),
-        stop_at_target: bool = False,
-        seed: int = 0,
+        stop_at_target: Any = UNSET,  # False
+        seed: Any = UNSET,  # 0
         shuffle: bool = False,
         report_save_dir: Path | None = None,
         click_model: str | None = None,
@@ -116,30 +129,25 @@ class RemoteClickSession:
             raise ValueError(
                 "A remote ClickSession needs key=<your evaluation key> (researcher area, Evaluation keys)."
             )
-        unsupported = {name for name, value in local_only.items() if value is not None}
-        if unsupported:
-            hint = (
-                " (for clicker='group' pass click_model='dt', 'uniform', 'sm' or 'si')"
-                if "map_fn" in unsupported
-                else ""
-            )
-            raise ValueError(
-                f"{sorted(unsupported)} are local-only arguments: the server computes the clicks; remove them{hint}."
-            )
+        _refuse_local_only(local_only)
         if mask_format not in ("png", "rle"):
             raise ValueError(f"mask_format={mask_format!r}: use 'png' or 'rle'.")
+        if dataset is None and benchmark is None and resume is None:
+            raise ValueError(
+                "A remote ClickSession needs dataset=<the server's dataset name> or benchmark=<slug>."
+            )
         self.host = host.rstrip("/")
-        self.dataset_name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
-        self.config = {
-            "dataset": self.dataset_name, "clicker": clicker, "max_clicks": int(max_clicks),
-            "max_time_s": max_time_s, "threshold": float(threshold), "target_ious": [float(t) for t in target_ious],
-            "stop_at_target": bool(stop_at_target), "seed": int(seed), "shuffle": bool(shuffle), "method": method,
-        }  # fmt: skip
-        if clicker == "group":  # the other clickers ignore them, as the local session does
-            if click_model is not None:
-                self.config["click_model"] = str(click_model)
-            if group_bounds is not None:
-                self.config["group_bounds"] = [[float(low), float(high)] for low, high in group_bounds]
+        self.dataset_name = (
+            dataset.name if isinstance(dataset, Dataset) else (None if dataset is None else str(dataset))
+        )
+        given = {"clicker": clicker, "max_clicks": max_clicks, "max_time_s": max_time_s,
+                 "stop_at_target": stop_at_target, "seed": seed}  # fmt: skip
+        self.config = _run_request(
+            {name: value for name, value in given.items() if value is not UNSET}, dataset=self.dataset_name,
+            benchmark=benchmark, click_model=click_model, group_bounds=group_bounds,
+            own={"threshold": float(threshold), "target_ious": [float(t) for t in target_ious], "shuffle": bool(shuffle),
+                 "method": method},
+        )  # fmt: skip
         self.threshold, self.mask_format = float(threshold), mask_format
         self.report_save_dir = Path(report_save_dir) if report_save_dir else None
         self.retries, self.progress, self.poll_timeout_s = retries, progress, poll_timeout_s
@@ -158,7 +166,7 @@ class RemoteClickSession:
         self._prefetched: dict | None = None
         # What the method gets as previous_logits, as the local session keeps it; `_previous_known` is False
         # when this process joined a sample mid-way (a resume): the server's copy is fetched on first use.
-        self._previous = None
+        self._previous: Any = None  # model-specific, as segmenters.base.Prediction.logits
         self._previous_known = True
         self._sample_here: int | None = None  # index of the sample this process last served
         self.round_trips_s: list[tuple[str, float]] = []  # (path, seconds) per request, for the bench
@@ -229,6 +237,7 @@ class RemoteClickSession:
     def __enter__(self) -> RemoteClickSession:
         if self._state != "created":
             raise SessionStateError("A ClickSession can be entered only once; create a new session.")
+        self.server = self.health()
         if self.run_id is None:
             run = self._request(
                 "POST", "/api/eval/runs/", json_body=self.config, idempotent_key=uuid.uuid4().hex
@@ -237,6 +246,7 @@ class RemoteClickSession:
             run = self._request("GET", f"/api/eval/runs/{self.run_id}/").json()
         self.run_id, self.session_id = run["id"], run["session_id"]
         self.max_clicks, self.samples_total = run["max_clicks"], run["samples"]
+        self.run_config = run  # what the server runs: the benchmark's protocol where one applies
         if self.progress:
             from tqdm import tqdm
 
@@ -246,6 +256,23 @@ class RemoteClickSession:
             served = self._request("POST", f"/api/eval/runs/{self.run_id}/next/", json_body={"resume": True})
             self._take(served.json())
         return self
+
+    def health(self) -> dict:
+        """The server's ``GET /api/eval/health/``; a RemoteError saying so when ``host`` is not a Clicklab
+        evaluation server that can take runs now (as DAVIS's client checks its server first)."""
+        import httpx
+
+        try:
+            response = self._request("GET", "/api/eval/health/")
+            body = response.json()
+        except (RemoteError, httpx.TransportError, ValueError) as exc:
+            raise RemoteError(getattr(exc, "status", 0), "unhealthy",
+                              f"{self.host} is not a Clicklab evaluation server that answers now "
+                              f"(GET /api/eval/health/: {exc}); check the host and try again.") from None  # fmt: skip
+        if body.get("service") != "clicklab-evaluation":
+            raise RemoteError(response.status_code, "unhealthy",
+                              f"{self.host}/api/eval/health/ is not a Clicklab evaluation server's answer.")  # fmt: skip
+        return body
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._bar is not None:
@@ -396,6 +423,44 @@ class RemoteClickSession:
 
     def _write_files(self, directory: Path, *, suffix: str) -> None:
         session_files_write(directory, self.session_id, self.get_report(), self._summary, suffix=suffix)
+
+
+def _refuse_local_only(local_only: dict) -> None:
+    unsupported = {name for name, value in local_only.items() if value is not None}
+    if unsupported:
+        hint = (
+            " (for clicker='group' pass click_model='dt', 'uniform', 'sm' or 'si')"
+            if "map_fn" in unsupported
+            else ""
+        )
+        raise ValueError(
+            f"{sorted(unsupported)} are local-only arguments: the server computes the clicks; remove them{hint}."
+        )
+
+
+def _run_request(given: dict, *, dataset, benchmark, click_model, group_bounds, own: dict) -> dict:
+    """The create request of a run. Without a benchmark, what was not passed is the local session's default;
+    with one, only what was passed goes (the rest is the benchmark's protocol, and a value that differs from it
+    is refused with a message naming it)."""
+    if benchmark is None:
+        given = {"clicker": "baseline", "max_clicks": 20, "max_time_s": None, "stop_at_target": False, "seed": 0,
+                 **given}  # fmt: skip
+    for name, kind in (("max_clicks", int), ("seed", int), ("stop_at_target", bool)):
+        if name in given:
+            given[name] = kind(given[name])
+    config = {**given, **own}
+    if dataset is not None:
+        config["dataset"] = dataset
+    if benchmark is not None:
+        config["benchmark"] = str(benchmark)
+    if (
+        given.get("clicker", "group" if benchmark else "baseline") == "group"
+    ):  # others ignore them, as locally
+        if click_model is not None:
+            config["click_model"] = str(click_model)
+        if group_bounds is not None:
+            config["group_bounds"] = [[float(low), float(high)] for low, high in group_bounds]
+    return config
 
 
 def _nan_back(value):

@@ -32,9 +32,9 @@ def _warm_openapi(patterns) -> None:
         if isinstance(pattern, URLResolver):
             _warm_openapi(pattern.url_patterns)
         elif isinstance(pattern, URLPattern):
-            view_class = getattr(pattern.callback, "view_class", None)
-            if hasattr(view_class, "warm_schema"):
-                view_class.warm_schema(**pattern.callback.view_initkwargs)
+            warm = getattr(getattr(pattern.callback, "view_class", None), "warm_schema", None)
+            if warm is not None:
+                warm(**pattern.callback.view_initkwargs)
 
 
 _warm_openapi(get_resolver().url_patterns)

@@ -210,8 +210,12 @@ class PublishedBenchmark(models.Model):
         null=True, blank=True, help_text="Method time per sample (seconds); empty: no time limit."
     )
     seed = models.BigIntegerField(default=42, help_text="Seed of the clicking groups' random streams.")
-    click_model = models.CharField(max_length=40, default="dt", help_text="The group clicker's clickability map.")
-    group_bounds = models.JSONField(default=ten_equal_groups, help_text="[[low, high], ...] of the groups G1..Gk.")
+    click_model = models.CharField(
+        max_length=40, default="dt", help_text="The group clicker's clickability map."
+    )
+    group_bounds = models.JSONField(
+        default=ten_equal_groups, help_text="[[low, high], ...] of the groups G1..Gk."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -227,7 +231,9 @@ class PublishedBenchmark(models.Model):
 class Participant(models.Model):
     """How a user appears on the leaderboards (their display name; the username until they choose one)."""
 
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="participant")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="participant"
+    )
     display_name = models.CharField(max_length=60)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -255,7 +261,9 @@ class LocalRun(models.Model):
     provenance = models.JSONField(
         default=dict, help_text="dataset_hash, checkpoint_sha256, model_ids, seed, code_version, config."
     )
-    content_sha256 = models.CharField(max_length=64, help_text="Of what was published: a repeat is the same run.")
+    content_sha256 = models.CharField(
+        max_length=64, help_text="Of what was published: a repeat is the same run."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -31,7 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from PIL import Image as PILImage
 
@@ -49,7 +49,8 @@ from segmenters.base import Click
 from tasks import names as task_names
 
 from .conf import limit
-from .models import EvaluationKey, EvaluationRow, EvaluationRun
+from .models import EvaluationKey, EvaluationRow, EvaluationRun, PublishedBenchmark
+from .protocol import ProtocolMismatch, run_config
 
 logger = logging.getLogger(__name__)
 State = EvaluationRun.State
@@ -67,6 +68,26 @@ class EvalError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+
+
+# --------------------------------------------------------------------------------------------------
+# health
+
+
+def health() -> tuple[int, dict]:
+    """(status, body) of ``GET /api/eval/health/``: 200 when the database answers, else 503."""
+    from benchmark.provenance import code_version
+
+    body = {"service": "clicklab-evaluation", "api_version": 1, "code_version": code_version()}
+    try:
+        slugs = list(PublishedBenchmark.objects.order_by("slug").values_list("slug", flat=True)[:100])
+    except DatabaseError as exc:
+        return 503, {
+            **body,
+            "status": "unavailable",
+            "database": f"unavailable ({type(exc).__name__}); try again shortly",
+        }
+    return 200, {**body, "status": "ok", "database": "ok", "benchmarks": slugs}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,12 +301,36 @@ def _run_settings(data: dict) -> tuple[str, int, float | None, float, list[float
     return clicker, max_clicks, max_time_s, threshold, targets, seed, method
 
 
+def _benchmark(slug) -> PublishedBenchmark | None:
+    """The published benchmark a create request names (``benchmark``), None when it names none."""
+    if slug is None:
+        return None
+    found = (
+        PublishedBenchmark.objects.select_related("dataset").filter(slug=slug).first()
+        if isinstance(slug, str)
+        else None
+    )
+    if found is None:
+        slugs = ", ".join(PublishedBenchmark.objects.values_list("slug", flat=True)[:20]) or "none published"
+        raise EvalError(
+            400, "unknown_benchmark", f"benchmark={slug!r} is not published here; published: {slugs}."
+        )
+    return found
+
+
 def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
-    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
+    """A new run on a dataset, or on a published benchmark (``benchmark``: its protocol applies, and a value sent
+    that differs from it is a 400 naming it); idempotent per ``create_key``; its first interaction is prepared."""
     if create_key:
         existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
         if existing is not None:
             return existing
+    benchmark = _benchmark(data.get("benchmark"))
+    if benchmark is not None:
+        try:
+            data = run_config(benchmark, data)
+        except ProtocolMismatch as exc:
+            raise EvalError(400, "protocol_mismatch", str(exc)) from None
     name = data.get("dataset")
     dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
     if dataset is None:
@@ -326,7 +371,7 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
             session_id=secrets.token_hex(8), clicker=clicker, max_clicks=max_clicks, max_time_s=max_time_s,
             threshold=threshold, target_ious=targets, stop_at_target=data.get("stop_at_target", False),
             seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING, rows_written=0,
-            click_model=click_model, group_bounds=group_bounds,
+            click_model=click_model, group_bounds=group_bounds, benchmark=benchmark,
             expires_at=timezone.now() + timedelta(seconds=limit("EVAL_RUN_TTL_S")),
         )  # fmt: skip
         dispatch(run)

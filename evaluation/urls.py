@@ -18,7 +18,9 @@ urlpatterns = [
         ),
         name="schema",
     ),  # fmt: skip
+    path("health/", views.Health.as_view(), name="health"),
     path("keys/", views.KeyListCreate.as_view(), name="keys"),
+    path("local-runs/", views.LocalRunListCreate.as_view(), name="local-runs"),
     path("datasets/", views.DatasetList.as_view(), name="datasets"),
     path("runs/", views.RunListCreate.as_view(), name="runs"),
     path("runs/<uuid:run_id>/", views.RunDetail.as_view(), name="run"),

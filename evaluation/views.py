@@ -11,17 +11,17 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import ParseError
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.api.permissions import IsResearcher
 from collector.models import Dataset
 
-from . import serializers, services
+from . import publishing, serializers, services
 from .auth import EvaluationKeyAuthentication, EvaluationRateThrottle
 from .conf import limit
-from .models import EvaluationKey, EvaluationRun
+from .models import EvaluationKey, EvaluationRun, LocalRun
 from .parsers import EvalJSONParser
 
 ERRORS = {code: OpenApiResponse(serializers.ErrorSerializer) for code in (400, 401, 404, 409, 410, 429)}
@@ -70,6 +70,19 @@ class EvalView(APIView):
         if run is None:
             raise services.EvalError(404, "unknown_run", f"run {run_id} does not exist or is not yours.")
         return run
+
+
+class Health(APIView):
+    """Is this an evaluation server that takes runs now: its service name, API and code version, and whether its
+    database answers (503 when not). No key needed; the remote session asks it first, as DAVIS's client does."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: serializers.HealthSerializer, 503: serializers.HealthSerializer})
+    def get(self, request):
+        status, body = services.health()
+        return Response(body, status=status)
 
 
 class KeyListCreate(EvalView):
@@ -198,6 +211,24 @@ class RunPrevious(EvalView):
     @extend_schema(responses={200: serializers.PreviousSerializer, **ERRORS})
     def get(self, request, run_id):
         return Response(services.previous_prediction(self.run(run_id)))
+
+
+class LocalRunListCreate(EvalView):
+    """Your published local runs; POST publishes one: a ``benchmark run`` folder's summary.json (and timing.json),
+    to a published benchmark (its protocol checked) or to your own board. Shown as "local, unverified"."""
+
+    @extend_schema(responses={200: serializers.LocalRunSerializer(many=True)})
+    def get(self, request):
+        runs = LocalRun.objects.filter(owner=request.user).select_related("benchmark")[:200]
+        return Response(serializers.LocalRunSerializer(runs, many=True).data)
+
+    @extend_schema(request=serializers.LocalRunCreateSerializer,
+                   responses={200: serializers.LocalRunSerializer, 201: serializers.LocalRunSerializer, **ERRORS})  # fmt: skip
+    def post(self, request):
+        body = self.body()
+        local, created = publishing.local_run_publish(user=request.user, key=self.key(), summary=body.get("summary"),
+                                                      timing=body.get("timing"), benchmark_slug=body.get("benchmark"))  # fmt: skip
+        return Response(serializers.LocalRunSerializer(local).data, status=201 if created else 200)
 
 
 class RunSummary(EvalView):
