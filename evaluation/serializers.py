@@ -52,7 +52,7 @@ class ResultSerializer(serializers.Serializer):
 class RunSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     dataset = serializers.CharField(source="dataset.name")
-    benchmark = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    benchmark = serializers.CharField(source="benchmark.slug", allow_null=True, default=None)
     method = serializers.CharField()
     session_id = serializers.CharField()
     clicker = serializers.CharField()
@@ -211,7 +211,7 @@ class LocalRunSerializer(serializers.Serializer):
     method = serializers.CharField()
     dataset = serializers.CharField(source="dataset_name")
     dataset_hash = serializers.CharField()
-    benchmark = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    benchmark = serializers.CharField(source="benchmark.slug", allow_null=True, default=None)
     source = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
     provenance = serializers.JSONField()
