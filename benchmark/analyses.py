@@ -18,8 +18,9 @@ Deliberate differences from the reference scripts (protocol §6, §8):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,8 +78,14 @@ class TaskData:
         return f"{self.dataset}/{self.full_stem}"
 
 
-def load_task_data(tasks, dataset, *, prev_masks_dir: Path | None) -> Iterator[TaskData]:
-    """Yield :class:`TaskData` for ``benchmark.rclicks.ClickTask`` objects of ``dataset`` (lazy, one at a time)."""
+def load_task_data(
+    tasks, dataset, *, prev_masks_dir: Path | None, min_error_area_px: Callable[[str], int] | None = None
+) -> Iterator[TaskData]:
+    """Yield :class:`TaskData` for ``benchmark.rclicks.ClickTask`` objects of ``dataset`` (lazy, one at a time).
+
+    ``min_error_area_px(full_stem)``: the rule each task's error region was built with (a Clicklab export's
+    manifest: ``ExportManifest.min_error_area_px``), so the regions are the ones workers were shown; None: 0.
+    """
     from benchmark.rclicks import error_mask
 
     samples = {sample.key: sample for sample in dataset.samples}
@@ -95,7 +102,12 @@ def load_task_data(tasks, dataset, *, prev_masks_dir: Path | None) -> Iterator[T
             click_type=task.click_type,
             image=image_cache[sample.image_path],
             gt_mask=gt_mask,
-            error_mask=error_mask(task, sample, prev_masks_dir),
+            error_mask=error_mask(
+                task,
+                sample,
+                prev_masks_dir,
+                min_error_area_px=min_error_area_px(task.full_stem) if min_error_area_px else 0,
+            ),
             clicks_xy=task.clicks_xy,
             devices=task.devices,
         )
@@ -293,7 +305,7 @@ def plot_task_maps(
 # --------------------------------------------------------------------------------------------------
 
 
-def _open(args) -> Dataset:
+def _open(args, name: str | None = None) -> Dataset:
     from benchmark.datasets import open_dataset
 
     layout = args.layout
@@ -304,7 +316,7 @@ def _open(args) -> Dataset:
             raise SystemExit(
                 f"{args.dataset}: pass --layout (grabcut, berkeley, davis, coco_mval, tetris, folder)"
             )
-    return open_dataset(args.dataset, layout, name=args.name)
+    return open_dataset(args.dataset, layout, name=name or args.name)
 
 
 def _stems_filter(tasks, split_file: Path | None):
@@ -358,7 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("plots", "maps with clicks per task"),
     ):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--clicks", type=Path, required=True, help="RClicks clicks CSV")
+        source = p.add_mutually_exclusive_group(required=True)
+        source.add_argument("--clicks", type=Path, help="RClicks clicks CSV")
+        source.add_argument(
+            "--export",
+            type=Path,
+            help="a Clicklab RClicks export (folder or rclicks.zip): its clicks, previous masks, dataset name and "
+            "the rule of its error regions, so they are the ones workers were shown",
+        )
         p.add_argument(
             "--prev-masks", type=Path, default=None, help="folder of <full_stem>.png (fn/fp tasks)"
         )
@@ -415,8 +434,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         _write(summary, args.out, "display_modes.csv")
         return 0
-    tasks = _tasks_for(args, dataset)
-    data = load_task_data(tasks, dataset, prev_masks_dir=args.prev_masks)
+    with contextlib.ExitStack() as stack:
+        rule = None
+        if args.export is not None:
+            from benchmark.rclicks import open_export
+
+            export = stack.enter_context(open_export(args.export))
+            if args.name is None and len(export.datasets) == 1:
+                dataset = _open(args, name=export.datasets[0].name)
+            args.clicks, args.prev_masks = export.clicks_csv, export.prev_masks_dir(dataset.name)
+            rule = export.min_error_area_px
+        tasks = _tasks_for(args, dataset)
+        data = load_task_data(tasks, dataset, prev_masks_dir=args.prev_masks, min_error_area_px=rule)
+        return _run_click_analysis(args, dataset, data)
+
+
+def _run_click_analysis(args, dataset: Dataset, data: Iterator[TaskData]) -> int:
     if args.analysis == "pc-mobile":
         per_task, summary = pc_vs_mobile(data, min_clicks=args.min_clicks)
         _write(per_task, args.out, f"pc_vs_mobile_{dataset.name}_per_task.csv")

@@ -11,6 +11,8 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import importlib
 import json
 import logging
@@ -22,7 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.datasets import LAYOUTS, Dataset, DatasetError, dataset_content_hash, open_dataset
+from benchmark.datasets import (
+    LAYOUTS,
+    Dataset,
+    DatasetError,
+    dataset_content_hash,
+    guess_layout,
+    open_dataset,
+)
 from benchmark.engine import (
     EngineConfig,
     EngineError,
@@ -44,24 +53,24 @@ def equal_mass_groups(count: int) -> tuple[tuple[float, float], ...]:
     return tuple((k / count, (k + 1) / count) for k in range(count))
 
 
-def guess_layout(root: Path) -> str:
-    """The layout of a dataset folder from its sub-folders and name; raises when ambiguous."""
-    lowered = root.name.lower()
-    for token, layout in (
-        ("coco", "coco_mval"),
-        ("tetris", "tetris"),
-        ("berkeley", "berkeley"),
-        ("davis", "davis"),
-    ):
-        if token in lowered:
-            return layout
-    if (root / "data_GT").is_dir():
-        return "grabcut"
-    if (root / "img").is_dir() and (root / "gt").is_dir():
-        return "davis"
-    raise DatasetError(
-        f"{root}: cannot tell the dataset layout from the folder; pass --layout (one of {', '.join(LAYOUTS)})."
-    )
+def _legacy_content_hash(dataset: Dataset) -> str:
+    """The run folders' content hash before ``benchmark.datasets.dataset_content_hash`` (blake2b, 32 hex digits
+    of the files with their relative paths): read only to accept a run folder made by an earlier release."""
+    digest = hashlib.blake2b(digest_size=16)
+    root = Path(dataset.root)
+    for path in sorted({p for sample in dataset.samples for p in (sample.image_path, sample.mask_path)}):
+        try:
+            relative = str(Path(path).relative_to(root))
+        except ValueError:
+            relative = str(path)
+        digest.update(relative.encode("utf-8") + b"\x00")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\x00")
+    keys = [(s.key.image_stem, s.key.object_stem, s.object_id, s.max_side) for s in dataset.samples]
+    digest.update(json.dumps(keys).encode())
+    return digest.hexdigest()
 
 
 def claim_run_dir(run_dir: Path, dataset: Dataset, content_hash: str) -> None:
@@ -70,6 +79,9 @@ def claim_run_dir(run_dir: Path, dataset: Dataset, content_hash: str) -> None:
     here = str(Path(dataset.root).resolve())
     if identity_path.is_file():
         known = json.loads(identity_path.read_text(encoding="utf-8"))
+        if len(str(known.get("hash"))) == 32 and known.get("hash") == _legacy_content_hash(dataset):
+            known["hash"] = content_hash  # a folder of an earlier release: the same content, the new hash
+            identity_path.write_text(json.dumps({**known, "path": here}, indent=1), encoding="utf-8")
         if known.get("hash") != content_hash:
             raise EngineError(
                 f"{run_dir} holds the results of dataset {known.get('path')} (content {known.get('hash')}), "
@@ -114,6 +126,13 @@ def build_run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument(
         "--clicks", type=Path, help="RClicks clicks.csv: real first clicks for User/Sample IoU@1"
     )
+    parser.add_argument(
+        "--export",
+        type=Path,
+        help="a Clicklab RClicks export (its folder or rclicks.zip): its real first clicks for User/Sample "
+        "IoU@1; the dataset's name and layout come from its manifest, and the folder must hold the content "
+        "the export names (its content hash)",
+    )
     parser.add_argument("--device", choices=("pc", "mobile"), help="use only the real clicks of this device")
     parser.add_argument(
         "--click-model", help="clickability model for the groups: uniform, dt, sm, si or a checkpoint"
@@ -148,29 +167,94 @@ def build_run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     return parser
 
 
-def _real_first_clicks(path: Path, dataset: Dataset, device: str | None) -> dict:
+def _real_first_clicks(
+    path: Path, dataset: Dataset, device: str | None, *, csv_name: str | None = None
+) -> dict:
+    """Per instance key, the real first clicks of ``path`` (float (n, 2) in loaded-image pixels).
+
+    ``csv_name``: the ``dataset`` value of the rows to take when it differs from ``dataset.name`` (an export's
+    dataset opened under another ``--name``).
+
+    Raises:
+      EngineError: no first-round click of the CSV matches an instance of ``dataset``: the run would give no
+        User/Sample IoU@1, which is what the clicks were passed for.
+    """
     from benchmark.rclicks import group_tasks, read_clicks_csv
 
+    frame = read_clicks_csv(path, device=device)
+    if csv_name is not None and csv_name != dataset.name:
+        frame.loc[frame["dataset"] == csv_name, "dataset"] = dataset.name
     real: dict = {}
-    for task in group_tasks(read_clicks_csv(path, device=device), dataset):
+    for task in group_tasks(frame, dataset):
         if task.click_type == "first":
             previous = real.get(task.key)
             real[task.key] = (
                 task.clicks_xy if previous is None else np.concatenate([previous, task.clicks_xy])
             )
     if not real:
-        logger.warning(
-            "%s has no first-round clicks for dataset %r: User/Sample IoU@1 are skipped", path, dataset.name
+        first = frame[frame["click_type"] == "first"]
+        names = sorted(set(first["dataset"]))
+        found = (
+            f"its {len(first)} first-round rows{f' of device {device}' if device else ''} name the dataset(s) {names}"
+            if len(first)
+            else f"it has no first-round rows{f' of device {device}' if device else ''}"
+        )
+        raise EngineError(
+            f"{path}: no first-round click matches an instance of dataset {dataset.name!r} at {dataset.root} "
+            f"({found}), so User and Sample IoU@1 cannot be computed. Pass the folder those clicks were made on, "
+            "and --name with the CSV's dataset name (or --export with the whole export, whose manifest names "
+            "it); or leave out --clicks to run without real clicks."
         )
     return real
+
+
+def _export_layout(args: argparse.Namespace, export) -> str:
+    layouts = sorted({entry.layout for entry in export.datasets if entry.layout})
+    if args.layout:
+        return args.layout
+    return layouts[0] if len(layouts) == 1 else guess_layout(args.dataset)
+
+
+def _open_with_clicks(
+    args: argparse.Namespace, stack: contextlib.ExitStack
+) -> tuple[Dataset, str, dict, dict]:
+    """The dataset, its content hash, the real first clicks (``--clicks``/``--export``) and what the summary
+    records about where they came from."""
+    from benchmark.rclicks import open_export
+
+    if args.export is None:
+        layout = args.layout or guess_layout(args.dataset)
+        dataset = open_dataset(args.dataset, layout, name=args.name, max_side=args.max_side)
+        content_hash = dataset_content_hash(dataset)
+        real = _real_first_clicks(args.clicks, dataset, args.device) if args.clicks else {}
+        source: dict = {"clicks": str(args.clicks)} if args.clicks else {}
+        return dataset, content_hash, real, source
+    if args.clicks:
+        raise EngineError("pass --export (a whole export) or --clicks (a clicks CSV), not both.")
+    export = stack.enter_context(open_export(args.export))
+    single = export.datasets[0].name if len(export.datasets) == 1 else None
+    layout = _export_layout(args, export)
+    dataset = open_dataset(args.dataset, layout, name=args.name or single, max_side=args.max_side)
+    content_hash = dataset_content_hash(dataset)
+    entry = export.dataset_for(content_hash=content_hash, folder=Path(args.dataset))
+    if args.name is None and dataset.name != entry.name:
+        dataset = open_dataset(args.dataset, layout, name=entry.name, max_side=args.max_side)
+    real = _real_first_clicks(export.clicks_csv, dataset, args.device, csv_name=entry.name)
+    source = {
+        "export": str(args.export),
+        "export_dataset": entry.name,
+        "export_content_hash": entry.content_hash,
+        "export_studies": list(entry.studies),
+    }
+    return dataset, content_hash, real, source
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``run`` subcommand; returns the exit code."""
     from benchmark import plots, report
 
-    layout = args.layout or guess_layout(args.dataset)
-    dataset = open_dataset(args.dataset, layout, name=args.name, max_side=args.max_side)
+    with contextlib.ExitStack() as stack:
+        dataset, content_hash, real, clicks_source = _open_with_clicks(args, stack)
     samples = dataset.samples[: args.limit] if args.limit else dataset.samples
     if args.groups < 0:
         raise EngineError(f"--groups {args.groups}: use 0 (baseline only) or a positive number of groups.")
@@ -191,7 +275,6 @@ def run(args: argparse.Namespace) -> int:
         run_base=not args.no_base,
     )
     run_dir = args.out / args.method / dataset.name
-    content_hash = dataset_content_hash(dataset)
     claim_run_dir(run_dir, dataset, content_hash)
     spec = RunSpec(
         method=args.method,
@@ -200,7 +283,6 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         out_dir=str(run_dir),
     )
-    real = _real_first_clicks(args.clicks, dataset, args.device) if args.clicks else {}
     progress_bar = None
     if not args.no_progress:
         from tqdm import tqdm
@@ -227,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
     summary["config"] = json.loads(config.fingerprint())
     summary["dataset_path"] = str(Path(dataset.root).resolve())
     summary["dataset_hash"] = content_hash
+    summary["clicks_source"] = clicks_source
     # which weights made the masks (segmenters.provenance): one model per run folder
     summary["model_ids"] = sorted({r.model_id for r in results})
     summary["checkpoint_sha256"] = sorted({r.checkpoint_sha256 for r in results})

@@ -31,6 +31,7 @@ import hashlib
 import json
 import unicodedata
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,6 +263,27 @@ def object_ids(path: Path, layout: str) -> list[int]:
 # opening a dataset
 
 
+def guess_layout(root: Path) -> str:
+    """The layout of a dataset folder from its sub-folders and name; raises when ambiguous."""
+    root = Path(root)
+    lowered = root.name.lower()
+    for token, layout in (
+        ("coco", "coco_mval"),
+        ("tetris", "tetris"),
+        ("berkeley", "berkeley"),
+        ("davis", "davis"),
+    ):
+        if token in lowered:
+            return layout
+    if (root / "data_GT").is_dir():
+        return "grabcut"
+    if (root / "img").is_dir() and (root / "gt").is_dir():
+        return "davis"
+    raise DatasetError(
+        f"{root}: cannot tell the dataset layout from the folder; pass --layout (one of {', '.join(LAYOUTS)})."
+    )
+
+
 def open_dataset(
     root: str | Path, layout: str, *, name: str | None = None, max_side: int | None = None
 ) -> Dataset:
@@ -407,26 +429,112 @@ def validate_sample(sample: Sample) -> CheckedSample:
     return CheckedSample(width, height, original_w, original_h, object_mask, ignore_mask)
 
 
-def dataset_content_hash(dataset: Dataset) -> str:
-    """blake2b (32 hex digits) of every image and mask file of the dataset, with their relative paths: the
-    dataset's identity in a ``benchmark run`` folder (``dataset.json``, ``summary.json``) and in what
-    ``python -m benchmark publish`` sends a leaderboard. Two folders with the same files have the same hash."""
-    digest = hashlib.blake2b(digest_size=16)
-    root = Path(dataset.root)
-    files = sorted({p for sample in dataset.samples for p in (sample.image_path, sample.mask_path)})
-    for path in files:
-        try:
-            relative = str(Path(path).relative_to(root))
-        except ValueError:
-            relative = str(path)
-        digest.update(relative.encode("utf-8") + b"\x00")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\x00")
-    digest.update(
+# --------------------------------------------------------------------------------------------------
+# content identity
+
+
+#: How each layout decodes its mask files: two folders holding the same files mean the same data only when
+#: they are decoded the same way, so this is part of a dataset's content hash.
+MASK_ENCODINGS = {
+    "grabcut": "grey-128-ignore",
+    "berkeley": "grey-128-ignore",
+    "folder": "grey-128-ignore",
+    "davis": "any-channel",
+    "coco_mval": "any-channel",
+    "tetris": "rgb-id",
+}
+CONTENT_HASH_FORMAT = "clicklab-dataset-content/1"
+
+
+@dataclass(frozen=True)
+class ContentEntry:
+    """One instance as the content hash sees it: its key, object id, and the names and sha256 of its files."""
+
+    image_stem: str
+    object_stem: str
+    object_id: int
+    image_name: str
+    image_sha256: str
+    mask_name: str
+    mask_sha256: str
+
+
+def layout_max_side(layout: str) -> int | None:
+    """The long-side limit a layout loads its images with by default (TETRIS: 2048; others: None)."""
+    if layout not in _LAYOUT_SPEC:
+        raise DatasetError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}.")
+    return _LAYOUT_SPEC[layout][3]
+
+
+def content_hash(entries: Iterable[ContentEntry], *, layout: str, max_side: int | None) -> str:
+    """sha256 (64 hex digits) of a dataset's content: every instance's key, object id, image and mask file
+    (file name and sha256 of its bytes), how the layout decodes masks and the long-side limit.
+
+    Independent of the dataset's name, its folder and the folder names of the layout (``data_GT`` or
+    ``images``), and of the order of the entries: the same files imported from an archive or a folder, or
+    read by the benchmark from a copy, give the same hash. The web app computes it from the sha256s it
+    stored at import (``collector.selectors.datasets``), the benchmark from the files.
+    """
+    if layout not in MASK_ENCODINGS:
+        raise DatasetError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}.")
+    lines = sorted(
         json.dumps(
-            [(s.key.image_stem, s.key.object_stem, s.object_id, s.max_side) for s in dataset.samples]
-        ).encode()
+            [
+                e.image_stem,
+                e.object_stem,
+                int(e.object_id),
+                e.image_name,
+                e.image_sha256,
+                e.mask_name,
+                e.mask_sha256,
+            ],
+            ensure_ascii=False,
+        )
+        for e in entries
     )
+    header = json.dumps(
+        {"format": CONTENT_HASH_FORMAT, "mask_encoding": MASK_ENCODINGS[layout], "max_side": max_side},
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(header.encode("utf-8"))
+    for line in lines:
+        digest.update(b"\n" + line.encode("utf-8"))
     return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 hex digest of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def dataset_content_hash(dataset: Dataset, *, known_sha256: Mapping[Path, str] | None = None) -> str:
+    """:func:`content_hash` of an opened dataset folder (reads every image and mask file once).
+
+    ``known_sha256``: sha256 digests already computed, by path (the import has them), to skip re-reading.
+    """
+    digests: dict[Path, str] = dict(known_sha256 or {})
+
+    def sha(path: Path) -> str:
+        if path not in digests:
+            digests[path] = file_sha256(path)
+        return digests[path]
+
+    entries = [
+        ContentEntry(
+            image_stem=s.key.image_stem,
+            object_stem=s.key.object_stem,
+            object_id=s.object_id,
+            image_name=s.image_path.name,
+            image_sha256=sha(s.image_path),
+            mask_name=s.mask_path.name,
+            mask_sha256=sha(s.mask_path),
+        )
+        for s in dataset.samples
+    ]
+    # open_dataset gives every sample the same limit
+    max_side = dataset.samples[0].max_side if dataset.samples else layout_max_side(dataset.layout)
+    return content_hash(entries, layout=dataset.layout, max_side=max_side)

@@ -17,6 +17,16 @@ OBJECT_SEPARATOR = "_______"
 ERROR_CLICK_TYPES = ("fn", "fp")
 CLICK_TYPES = ("first", *ERROR_CLICK_TYPES)
 DEVICES = ("pc", "mobile")
+#: The ``model_type`` values of the RClicks clicks CSV (protocol §1.1): the methods of its previous masks. Its
+#: readers find a task's image by cutting ``full_stem`` at ``_ritm``, ``_sam``, ``_simple`` or ``_mivos``.
+RCLICKS_MODEL_TYPES = ("ritm", "sam", "simple", "mivos")
+
+
+def rclicks_model_type(model: str) -> str:
+    """The ``model_type`` cell of the RClicks CSV for a previous mask made by ``model`` (our token): the token
+    itself when it is one of :data:`RCLICKS_MODEL_TYPES`, else "" (the method is not one RClicks knows; the
+    export names it in its ``model_name`` column and manifest instead)."""
+    return model if model in RCLICKS_MODEL_TYPES else ""
 
 
 class FullStemError(ValueError):

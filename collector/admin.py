@@ -20,9 +20,16 @@ class ImageInline(admin.TabularInline):
 
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin):
+    """Datasets come from an import (every file checked first, all or nothing): the researcher area's import
+    page (linked from the list, templates/admin/collector/dataset/change_list.html) or ``manage.py
+    import_dataset``; an "Add" form could only make an empty dataset, so there is none."""
+
     list_display = ("name", "layout", "source_path", "created_at")
     readonly_fields = ("name", "layout", "source_path", "created_at")
     inlines = [ImageInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 class InstanceInline(admin.TabularInline):

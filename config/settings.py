@@ -221,9 +221,32 @@ STORAGES = {
         )
     },
 }
-# Datasets are imported from disk by a management command, never uploaded through a form; the pixel
-# limit for images is Pillow's (checked in benchmark.datasets.verify_image_file).
+# Datasets are imported by ``manage.py import_dataset`` or from the researcher area's import page
+# (collector.services.dataset_imports): an uploaded zip/tar archive, or a folder under CLICKLAB_IMPORT_ROOT
+# (unset: no folder can be chosen; paths outside it are refused). Uploads are streamed to a temporary file
+# and refused beyond DATASET_UPLOAD_MAX_BYTES; an archive beyond DATASET_ARCHIVE_MAX_BYTES once uncompressed,
+# or with more than DATASET_ARCHIVE_MAX_MEMBERS members, is refused (benchmark.archives). The pixel limit
+# for images is Pillow's (checked in benchmark.datasets.verify_image_file).
 FILE_UPLOAD_PERMISSIONS = 0o640
+
+
+def _import_root() -> Path | None:
+    text = os.environ.get("CLICKLAB_IMPORT_ROOT", "").strip()
+    if not text:
+        return None
+    root = Path(text).expanduser().resolve()
+    if not root.is_dir():
+        raise ImproperlyConfigured(
+            f"environment variable CLICKLAB_IMPORT_ROOT={text!r} is not a folder: point it at the folder whose "
+            "dataset folders researchers may import, or unset it (archive uploads only)."
+        )
+    return root
+
+
+DATASET_IMPORT_ROOT = _import_root()
+DATASET_UPLOAD_MAX_BYTES = env_int("CLICKLAB_DATASET_UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1)
+DATASET_ARCHIVE_MAX_BYTES = env_int("CLICKLAB_DATASET_ARCHIVE_MAX_BYTES", 8 * 1024**3, minimum=1)
+DATASET_ARCHIVE_MAX_MEMBERS = env_int("CLICKLAB_DATASET_ARCHIVE_MAX_MEMBERS", 200_000, minimum=1)
 
 LOGIN_URL = "/admin/login/"
 

@@ -3,23 +3,21 @@
 
 A local run is shown as "local, unverified": nothing of it was computed here. What it says about itself is
 checked for shape (names, hashes, finite numbers, sizes) and, for a run published to a benchmark, against the
-benchmark's protocol and dataset; its figures are the publisher's.
+benchmark's protocol and its dataset's content hash; its figures are the publisher's.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
 import re
-from pathlib import Path
 
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
-from benchmark.datasets import DatasetError, dataset_content_hash, open_dataset
 from collector.models import Dataset
+from collector.selectors.datasets import dataset_content_hash_stored
 
 from .models import EvaluationKey, LocalRun, Participant, PublishedBenchmark
 from .protocol import local_run_conflicts
@@ -114,18 +112,10 @@ def benchmark_publish(
 # local runs
 
 
-@functools.lru_cache(maxsize=8)
-def _folder_hash(path: str, layout: str, name: str) -> str | None:
-    try:
-        return dataset_content_hash(open_dataset(Path(path), layout, name=name))
-    except (DatasetError, OSError):
-        return None
-
-
-def server_dataset_hash(dataset: Dataset) -> str | None:
-    """``benchmark.datasets.dataset_content_hash`` of the folder ``dataset`` was imported from, if that folder is
-    still readable here (else None: not checked). Cached per process."""
-    return _folder_hash(dataset.source_path, dataset.layout, dataset.name)
+def server_dataset_hash(dataset: Dataset) -> str:
+    """The dataset's content hash as ``benchmark run`` computes it from its folder (``dataset_hash`` of a
+    summary.json), from what the import stored (``collector.selectors.datasets``: one definition for both)."""
+    return dataset_content_hash_stored(dataset=dataset)
 
 
 def _finite(value, where: str) -> None:
@@ -197,7 +187,7 @@ def local_run_publish(
             raise EvalError(400, "unknown_benchmark", f"benchmark={benchmark_slug!r} is not published here.")
         conflicts = local_run_conflicts(benchmark, summary)
         served = server_dataset_hash(benchmark.dataset)
-        if served is not None and served != summary["dataset_hash"]:
+        if served != summary["dataset_hash"]:
             conflicts.append(f"dataset content {summary['dataset_hash']} (the benchmark's dataset: {served})")
         if conflicts:
             raise EvalError(400, "protocol_mismatch",

@@ -22,6 +22,11 @@ Columns (``FULL_SCHEMA`` order; times in ms, positions in canonical image pixels
 - click_id, x, y (float), x_px, y_px (the integer pixel of clicks.csv), shown_width, shown_height,
   pointer_type, reaction_ms, event_timestamp_ms, received_at, is_valid, distance_px, invalid_reason,
   counted (the click is a row of the default clicks.csv)
+
+Beside the file, ``<name>.manifest.json`` (:func:`full_manifest`, ``exports.manifest``): the datasets (name,
+layout, content hash), the studies and the rules their rounds were built with, the columns and the row
+count. A Parquet file also carries it (without the row count, which Parquet keeps itself) in its key-value
+metadata under ``clicklab_manifest``, so a downloaded file names its dataset too.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django.utils import timezone
 from tqdm import tqdm
 
-from collector.models import Session
+from collector.models import Session, Study
+from exports.manifest import FORMAT_VERSION, PARQUET_KEY, export_sources
 from exports.rclicks import pixel_index
 from exports.selectors import (
     ExportError,
+    ExportTarget,
     export_targets,
     full_click_count,
     full_click_rows,
@@ -125,6 +133,24 @@ class FullExport:
     format: str
     rows: int = 0
     messages: list[str] = field(default_factory=list)
+    manifest_path: Path | None = None
+
+
+def manifest_path_of(path: Path) -> Path:
+    """``full.parquet`` -> ``full.manifest.json`` beside it."""
+    return path.with_suffix(".manifest.json")
+
+
+def full_manifest(*, studies: list[Study], targets: dict[int, ExportTarget], format: str) -> dict:
+    """The manifest of a full export of ``studies`` (module docstring), without its row count."""
+    return {
+        "format": "full",
+        "format_version": FORMAT_VERSION,
+        "file_format": format,
+        "created_at": timezone.now().isoformat(),
+        "columns": list(COLUMN_NAMES),
+        **export_sources(studies=studies, targets=targets),
+    }
 
 
 def pyarrow_available() -> bool:
@@ -173,9 +199,8 @@ def client_measurements(info: Any) -> tuple[float | None, float | None, float | 
     return width, height, _first(info, _DPR), _first(info, _REFRESH)
 
 
-def _rows(*, study_ids: list[int], progress: bool, total: int):
+def _rows(*, study_ids: list[int], targets: dict[int, ExportTarget], progress: bool, total: int):
     """Yield one dict per click, in :data:`COLUMN_NAMES` order."""
-    targets = export_targets(study_ids=study_ids)
     counted_validity = Session.Validity.COUNTED
     with tqdm(total=total, unit="click", desc="full export", file=sys.stderr, disable=not progress) as bar:
         for index, row in enumerate(full_click_rows(study_ids=study_ids), start=1):
@@ -266,11 +291,11 @@ def _arrow_schema():
 _JSON_COLUMNS = tuple(name for name, kind in FULL_COLUMNS if kind == "json")
 
 
-def _write_parquet(rows, path: Path) -> int:
+def _write_parquet(rows, path: Path, manifest: dict) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = _arrow_schema()
+    schema = _arrow_schema().with_metadata({PARQUET_KEY: json.dumps(manifest, ensure_ascii=False).encode()})
     count = 0
     columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
 
@@ -309,6 +334,16 @@ def _write_jsonl(rows, path: Path) -> int:
     return count
 
 
+def full_manifest_for(*, study_ids: list[int], format: str) -> dict:
+    """The manifest a full export of ``study_ids`` in ``format`` writes beside its file, with its row count
+    (the download ``full.manifest.json``: the JSON Lines file cannot carry it)."""
+    studies = studies_for_export(study_ids=study_ids)
+    ids = [s.pk for s in studies]
+    manifest = full_manifest(studies=studies, targets=export_targets(study_ids=ids), format=format)
+    manifest["rows"] = full_click_count(study_ids=ids)
+    return manifest
+
+
 def full_export(
     *,
     study_ids: list[int],
@@ -340,9 +375,11 @@ def full_export(
     ids = [s.pk for s in studies]
     path.parent.mkdir(parents=True, exist_ok=True)
     total = full_click_count(study_ids=ids)
-    rows = _rows(study_ids=ids, progress=progress, total=total)
-    written = _write_parquet(rows, path) if format == "parquet" else _write_jsonl(rows, path)
-    result = FullExport(path=path, format=format, rows=written)
+    targets = export_targets(study_ids=ids)
+    manifest = full_manifest(studies=studies, targets=targets, format=format)
+    rows = _rows(study_ids=ids, targets=targets, progress=progress, total=total)
+    written = _write_parquet(rows, path, manifest) if format == "parquet" else _write_jsonl(rows, path)
+    result = FullExport(path=path, format=format, rows=written, manifest_path=manifest_path_of(path))
     if written == 0:
         message = (
             f"studies {', '.join(map(str, ids))}: no clicks recorded yet; the file holds the columns only."
@@ -350,5 +387,9 @@ def full_export(
         result.messages.append(message)
         if on_message:
             on_message(message)
+    manifest.update(file=path.name, rows=written, messages=result.messages)
+    manifest_path_of(path).write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     logger.info("full export written", extra={"study_ids": ids, "rows": written, "path": str(path)})
     return result

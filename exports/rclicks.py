@@ -2,14 +2,22 @@
 
 Output folder (``../shared/spec/rclicks-protocol.md`` §1 and §8 "Implications")::
 
-    <out>/clicks.csv                 the 11 columns in datasheet order (+ ``valid`` with include_invalid)
+    <out>/clicks.csv                 the 11 columns in datasheet order, then ``model_name`` (+ ``valid``
+                                     with include_invalid)
     <out>/previews.csv               round-1 clicks with the display-mode name in ``dataset`` (optional)
     <out>/SUBSEC_MASKS/all_benchmark_datasets/fn_fp/<full_stem>.png   GrabCut, Berkeley, DAVIS, COCO
     <out>/SUBSEC_MASKS/tetris_fn_fp/tetris_fn_fp_masks/<full_stem>.png TETRIS
     <out>/SUBSEC_MASKS/<dataset>/fn_fp/<full_stem>.png                 any other dataset
-    <out>/manifest.json              studies, counts, options and messages of this export, and per
-                                     previous mask the segmenter, variant and checkpoint sha256 that made
-                                     it (``prev_mask_provenance``; clicks.csv keeps the 11 columns only)
+    <out>/manifest.json              the datasets (name, layout, content hash), the studies and the
+                                     rules their rounds were built with (``exports.manifest``), counts,
+                                     options and messages of this export, and per previous mask the
+                                     segmenter, variant and checkpoint sha256 that made it and the
+                                     ``min_error_area_px`` of its error regions (``prev_mask_provenance``)
+
+``model_type`` keeps the RClicks vocabulary (``ritm``, ``sam``, ``simple``, ``mivos``: what RClicks' readers
+expect); a previous mask made by another model (``embedded``, ``sam2``, ...) has an empty ``model_type`` and
+its token in ``model_name``, the column after the 11 (RClicks' readers ignore unknown columns;
+``benchmark.rclicks`` reads it back). ``full_stem`` and the mask file names keep our token.
 
 Rows are written as they are read from a server-side cursor: memory does not grow with the click count
 (only the per-target table, one entry per task, is held). ``x``/``y`` are the integer pixel index of the
@@ -41,8 +49,16 @@ from django.utils import timezone
 from PIL import Image as PILImage
 from tqdm import tqdm
 
-from benchmark.rclicks import CLICKS_COLUMNS
-from benchmark.stems import FullStemError, full_stem_check
+from benchmark.rclicks import (
+    CLICKS_COLUMNS,
+    CLICKS_FILE,
+    MANIFEST_FILE,
+    MASKS_ROOT,
+    MODEL_NAME_COLUMN,
+    prev_masks_subdir,
+)
+from benchmark.stems import FullStemError, full_stem_check, rclicks_model_type
+from exports.manifest import FORMAT_VERSION, export_sources, target_model
 from exports.selectors import (
     ExportError,
     ExportTarget,
@@ -56,23 +72,12 @@ from exports.selectors import (
 logger = logging.getLogger(__name__)
 
 VALID_COLUMN = "valid"
-CLICKS_FILE = "clicks.csv"
 PREVIEWS_FILE = "previews.csv"
-MANIFEST_FILE = "manifest.json"
-MASKS_ROOT = "SUBSEC_MASKS"
-#: Where the RClicks code looks for the previous masks of each dataset (``rclicks/paths.py``).
-REFERENCE_MASK_DIRS = {
-    "GrabCut": "all_benchmark_datasets/fn_fp",
-    "Berkeley": "all_benchmark_datasets/fn_fp",
-    "DAVIS": "all_benchmark_datasets/fn_fp",
-    "COCO": "all_benchmark_datasets/fn_fp",
-    "TETRIS": "tetris_fn_fp/tetris_fn_fp_masks",
-}
 
 
 def prev_masks_dir(*, out_dir: Path, dataset: str) -> Path:
     """The folder of ``dataset``'s previous-round masks inside an export (the reference layout)."""
-    return Path(out_dir) / MASKS_ROOT / REFERENCE_MASK_DIRS.get(dataset, f"{dataset}/fn_fp")
+    return Path(out_dir) / prev_masks_subdir(dataset)
 
 
 @dataclass
@@ -86,7 +91,7 @@ class RClicksExport:
     preview_rows: int = 0
     masks: int = 0
     #: ``<full_stem>.png`` -> who made that previous mask (segmenter, variant, checkpoint sha256).
-    mask_provenance: dict[str, dict[str, str]] = field(default_factory=dict)
+    mask_provenance: dict[str, dict] = field(default_factory=dict)
     rows_by_study: dict[int, int] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
     csv_seconds: float = 0.0
@@ -198,13 +203,21 @@ def rclicks_export(
     )
     result.rows_by_study = {pk: 0 for pk in ids}
     say = on_message or (lambda message: None)
-    header = [*CLICKS_COLUMNS, VALID_COLUMN] if include_invalid else list(CLICKS_COLUMNS)
-    # Per target: the six key columns and the frame size, built once instead of per click.
+    header = [*CLICKS_COLUMNS, MODEL_NAME_COLUMN, *([VALID_COLUMN] if include_invalid else [])]
+    # Per target: the six key columns, the frame size and the model name, built once instead of per click.
     prefixes = {
         pk: (
-            (t.dataset, t.image_stem, t.object_stem, t.model_type, t.click_type, t.full_stem),
+            (
+                t.dataset,
+                t.image_stem,
+                t.object_stem,
+                rclicks_model_type(t.model_type),
+                t.click_type,
+                t.full_stem,
+            ),
             t.width,
             t.height,
+            t.model_type,
         )
         for pk, t in targets.items()
     }
@@ -233,7 +246,7 @@ def rclicks_export(
         for click_id, target_id, device, x, y, counted in rclicks_click_rows(
             study_ids=ids, include_invalid=include_invalid
         ):
-            key, width, height = prefixes[target_id]
+            key, width, height, model_name = prefixes[target_id]
             try:
                 x_px, y_px = floor(x), floor(y)
             except (ValueError, OverflowError):
@@ -244,7 +257,7 @@ def rclicks_export(
             # pixel_index inlined: this loop runs once per click
             x_px = 0 if x_px < 0 else (width - 1 if x_px >= width else x_px)
             y_px = 0 if y_px < 0 else (height - 1 if y_px >= height else y_px)
-            row = [*key, device, x_px, y_px, width, height]
+            row = [*key, device, x_px, y_px, width, height, model_name]
             if include_invalid:
                 row.append(1 if counted else 0)
             clicks_writer.writerow(row)
@@ -273,15 +286,7 @@ def rclicks_export(
         progress=progress,
         verify_values=verify_mask_values,
     )
-    result.mask_provenance = {
-        f"{target.full_stem}.png": {
-            "model_type": target.model_type,
-            "model_id": target.model_id,
-            "model_variant": target.model_variant,
-            "checkpoint_sha256": target.checkpoint_sha256,
-        }
-        for target in error_targets
-    }
+    result.mask_provenance = _mask_provenance(error_targets)
     result.masks_seconds = time.perf_counter() - started
     for study in studies:
         if result.rows_by_study[study.pk] == 0:
@@ -294,12 +299,31 @@ def rclicks_export(
             )
             result.messages.append(message)
             say(message)
-    _write_manifest(result=result, studies=studies, include_invalid=include_invalid)
+    _write_manifest(result=result, studies=studies, targets=targets, include_invalid=include_invalid)
     logger.info(
         "rclicks export written",
         extra={"study_ids": ids, "rows": result.rows, "masks": result.masks, "out_dir": str(out)},
     )
     return result
+
+
+def _mask_provenance(targets: list[ExportTarget]) -> dict[str, dict]:
+    """``<full_stem>.png`` -> who made the previous mask and the ``min_error_area_px`` of its error regions."""
+    provenance: dict[str, dict] = {}
+    owners: dict[str, ExportTarget] = {}
+    for target in targets:
+        name = f"{target.full_stem}.png"
+        entry = {**target_model(target), "min_error_area_px": target.min_error_area_px}
+        if name in provenance and provenance[name]["min_error_area_px"] != target.min_error_area_px:
+            other = owners[name]
+            raise ExportError(
+                f"{name}: studies {other.study_id} and {target.study_id} share this task, but built its error "
+                f"regions with min_error_area_px {other.min_error_area_px} and {target.min_error_area_px}, so "
+                "their workers were shown different regions. Export these studies separately."
+            )
+        provenance.setdefault(name, entry)
+        owners.setdefault(name, target)
+    return provenance
 
 
 def _remove_previous_export(out: Path) -> None:
@@ -416,27 +440,25 @@ def _write_prev_masks(
     return len(written)
 
 
-def _write_manifest(*, result: RClicksExport, studies, include_invalid: bool) -> None:
+def _write_manifest(
+    *, result: RClicksExport, studies, targets: dict[int, ExportTarget], include_invalid: bool
+) -> None:
+    sources = export_sources(studies=studies, targets=targets)
+    for entry in sources["studies"]:
+        entry["rows"] = result.rows_by_study[entry["id"]]
     manifest = {
         "format": "rclicks",
+        "format_version": FORMAT_VERSION,
         "created_at": timezone.now().isoformat(),
         "include_invalid": include_invalid,
-        "columns": [*CLICKS_COLUMNS, *([VALID_COLUMN] if include_invalid else [])],
+        "columns": [*CLICKS_COLUMNS, MODEL_NAME_COLUMN, *([VALID_COLUMN] if include_invalid else [])],
         "rows": result.rows,
         "preview_rows": result.preview_rows if result.previews_csv else None,
+        "datasets": sources["datasets"],
+        "prev_masks_dirs": {d["name"]: prev_masks_subdir(d["name"]) for d in sources["datasets"]},
         "prev_masks": result.masks,
         "prev_mask_provenance": result.mask_provenance,
-        "studies": [
-            {
-                "id": s.pk,
-                "name": s.name,
-                "state": s.state,
-                "dataset": s.dataset.name,
-                "display_mode": s.display_mode,
-                "rows": result.rows_by_study[s.pk],
-            }
-            for s in studies
-        ],
+        "studies": sources["studies"],
         "messages": result.messages,
     }
     (result.out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

@@ -64,6 +64,8 @@ class ExportTarget:
     model_id: str = ""
     model_variant: str = ""
     checkpoint_sha256: str = ""
+    #: The study's rule for its error regions (``benchmark.rclicks.task_error_regions``).
+    min_error_area_px: int = 0
 
 
 def studies_for_export(*, study_ids: list[int]) -> list[Study]:
@@ -106,13 +108,14 @@ def export_targets(*, study_ids: list[int]) -> dict[int, ExportTarget]:
             "model_id",
             "model_variant",
             "checkpoint_sha256",
+            "round__study__min_error_area_px",
         )
     )
     targets: dict[int, ExportTarget] = {}
     for row in rows:
         (pk, study_id, number, mode, name, layout, image_stem, object_stem, click_type, model_type) = row[:10]
         full_stem, source_device, source_index, width, height, mask_file = row[10:16]
-        model_id, model_variant, checkpoint_sha256 = row[16:]
+        model_id, model_variant, checkpoint_sha256, min_error_area_px = row[16:]
         targets[pk] = ExportTarget(
             target_id=pk,
             study_id=study_id,
@@ -132,6 +135,7 @@ def export_targets(*, study_ids: list[int]) -> dict[int, ExportTarget]:
             model_id=model_id,
             model_variant=model_variant,
             checkpoint_sha256=checkpoint_sha256,
+            min_error_area_px=min_error_area_px,
         )
     return targets
 

@@ -14,7 +14,10 @@ checkpoint's config; the per-click loop is ours and follows the protocol (§7, s
   the previous mask's box plus the positive clicks, expanded 1.4x, at least 200 px, resized to a long
   side of 400 (600 for DAVIS) keeping the aspect ratio; the box is kept while it holds every positive
   click (``rmin <= y < rmax``, ``cmin <= x < cmax`` as upstream) and its IoU with the new box is at
-  least 0.5.
+  least 0.5. After an empty prediction there is no new box: the whole image goes to the network and, as
+  upstream's ``ZoomIn`` (it keeps its object ROI and inverts the transform with it), the whole-image
+  prediction is squeezed into the kept box and pasted there; the box stays for the next click. This is
+  upstream's behaviour, kept on purpose so NoC stays comparable with published RITM numbers.
 * Zoom-in, SimpleClick (upstream's evaluation: ``skip_clicks=-1``, ``target_size=(448, 448)``, 672 for
   DAVIS): from the first click (the whole image at click 1) the zoom region is resized to the fixed
   square, whatever its aspect ratio. A plain ViT has a fixed patch grid (28x28 for the 448 models): the
@@ -31,6 +34,14 @@ in its forward pass) are raised as :class:`~segmenters.base.SegmenterError` nami
 
 ``Prediction.logits`` is an :class:`IsegmState` (full-size probabilities and the zoom box) to
 pass back as ``previous_logits``; a plain (H, W) probability array is accepted too.
+
+Variants and what the file holds: a checkpoint's architecture is read from the file
+(:func:`checkpoint_architecture`: RITM's HRNet width and ``small`` from the saved config, a plain ViT's
+embedding width, depth and patch size from its weights). A variant named by the caller must be that
+architecture (``hrnet18_cocolvis`` and ``hrnet18_sbd`` share one; they differ in training data only),
+else the checkpoint is refused naming the variant that fits; with no variant named, the variant is the
+one the file holds (``custom-<architecture>`` when no variant has it). So ``variant`` in every mask's
+provenance is the architecture of the weights that made it.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +84,48 @@ SIMPLECLICK_VARIANTS = {
 #: SimpleClick's evaluation square (upstream ``--eval-mode cvpr``: 448, 672 for DAVIS) when the network
 #: does not say its own input size.
 SIMPLECLICK_SQUARE_PX = 448
+
+#: The architecture each variant's checkpoint holds (:func:`checkpoint_architecture`). RITM's HRNet: width and
+#: ``small`` (h18s: small=True); hrnet18_cocolvis and hrnet18_sbd differ only in their training data.
+RITM_ARCHITECTURES = {
+    "hrnet18_cocolvis": "hrnet18",
+    "hrnet18s_cocolvis": "hrnet18s",
+    "hrnet32_cocolvis": "hrnet32",
+    "hrnet18_sbd": "hrnet18",
+}
+#: SimpleClick's plain ViTs: embedding width x depth / patch size (upstream models/iter_mask/plainvit_*).
+SIMPLECLICK_ARCHITECTURES = {
+    "vit_xtiny": "vit160x8p16",
+    "vit_base": "vit768x12p16",
+    "vit_large": "vit1024x24p16",
+    "vit_huge": "vit1280x32p14",
+}
+_BLOCK_KEY = re.compile(r"^backbone\.blocks\.(\d+)\.")
+
+
+def _config_value(params: Mapping, name: str, default: Any = None) -> Any:
+    """A parameter of an isegm config: saved as ``{"type", "value", "specified"}`` by upstream's ``serialize``
+    (or as the plain value)."""
+    value = params.get(name, default)
+    return value.get("value", default) if isinstance(value, dict) and "value" in value else value
+
+
+def checkpoint_architecture(config: Any, state_dict: Mapping[str, Any]) -> str:
+    """The architecture an isegm checkpoint holds: ``hrnet<width>[s]`` for RITM's ``HRNetModel`` (from the saved
+    config: ``width``, ``small``), ``vit<width>x<depth>p<patch>`` for a plain ViT (from its weights:
+    ``backbone.patch_embed.proj.weight`` and the ``backbone.blocks.<i>`` count), else the model class's name."""
+    class_path = str(config.get("class", "")) if isinstance(config, dict) else ""
+    params = config.get("params", {}) if isinstance(config, dict) else {}
+    class_name = class_path.rsplit(".", 1)[-1] or "unknown"
+    patch = state_dict.get("backbone.patch_embed.proj.weight")
+    if patch is not None and getattr(patch, "ndim", 0) == 4:
+        depth = 1 + max((int(m.group(1)) for k in state_dict if (m := _BLOCK_KEY.match(k))), default=-1)
+        return f"vit{int(patch.shape[0])}x{depth}p{int(patch.shape[2])}"
+    if class_name == "HRNetModel" and isinstance(params, dict) and _config_value(params, "width") is not None:
+        small = bool(_config_value(params, "small", False))
+        return f"hrnet{int(_config_value(params, 'width'))}{'s' if small else ''}"
+    return class_name
+
 
 #: Modules building a checkpoint imports: the config loader, and the model class of the architecture
 #: (its module pulls the architecture's dependencies, e.g. SimpleClick's head imports timm and mmcv).
@@ -243,27 +297,39 @@ class ZoomIn:
     probability_threshold: float = 0.5
     square: bool = False
 
-    def choose_box(
+    def plan(
         self, *, clicks: Sequence[Click], previous: IsegmState | None, height: int, width: int
-    ) -> Box | None:
-        """The crop for this click, or None to run on the whole image."""
+    ) -> tuple[Box | None, Box | None]:
+        """(crop, roi) for this click: the region the network gets (None: the whole image), and upstream's
+        object ROI after the click, into which the prediction is resized and pasted (None: not zoomed yet).
+
+        They differ after an empty prediction: no box can be made from it, so the whole image is the input,
+        while upstream's ``ZoomIn`` keeps its ROI and still inverts the transform with it, squeezing the
+        whole-image prediction into the kept box.
+        """
+        kept = previous.object_box if previous is not None else None
         if len(clicks) <= self.skip_clicks:
-            return None
+            return None, kept
         current = None
         if previous is not None:
             current = self.object_box(previous.probabilities > self.probability_threshold, clicks)
         if current is None:
             if self.skip_clicks >= 0:
-                return None
+                return None, kept
             current = (0, height - 1, 0, width - 1)
-        kept = previous.object_box if previous is not None else None
         if (
             kept is None
             or not box_holds_positive_clicks(kept, clicks)
             or box_iou(current, kept) < self.recompute_iou
         ):
-            return current
-        return kept
+            kept = current
+        return kept, kept
+
+    def choose_box(
+        self, *, clicks: Sequence[Click], previous: IsegmState | None, height: int, width: int
+    ) -> Box | None:
+        """The crop for this click, or None to run on the whole image (:meth:`plan`'s first half)."""
+        return self.plan(clicks=clicks, previous=previous, height=height, width=width)[0]
 
     def object_box(self, mask: np.ndarray, clicks: Sequence[Click]) -> Box | None:
         if not mask.any():
@@ -383,6 +449,8 @@ class IsegmPredictor(Predictor):
 
     threshold = 0.49
     variants: dict[str, str] = {}
+    #: variant -> the architecture its checkpoint holds (:func:`checkpoint_architecture`)
+    architectures: dict[str, str] = {}
     download_hint = ""
     #: What the user installed, for error messages.
     package_label = "isegm clone"
@@ -408,7 +476,8 @@ class IsegmPredictor(Predictor):
         Args:
           checkpoint: weights file with the network's config (RITM/SimpleClick format); absolute, or
             relative to the checkpoint directory. None uses the variant's official file name.
-          variant: a key of ``variants`` (picks the default file name).
+          variant: a key of ``variants`` (picks the default file name); the checkpoint must hold its
+            architecture. None: the variant the file holds (``custom-<architecture>`` when none has it).
           model: an already built network (``forward(image, points) -> {"instances": logits}``)
             instead of a checkpoint, e.g. a custom or randomly initialised one.
           zoom_in_target_size_px: RITM: long side of the zoom crop, 400 (600 for DAVIS), 0 disables zoom-in.
@@ -423,10 +492,12 @@ class IsegmPredictor(Predictor):
             if checkpoint is not None:
                 raise SegmenterError(f"{self.name}: pass either checkpoint= or model=, not both")
             self.variant = variant or f"custom-{type(model).__name__}"
+            self.architecture = f"custom-{type(model).__name__}"
             self.checkpoint_path = None
             self._checkpoint_hash = _module_hash(model)
             self.net = model
         else:
+            named = variant
             variant = variant or next(iter(self.variants))
             if variant not in self.variants:
                 raise SegmenterError(
@@ -445,7 +516,7 @@ class IsegmPredictor(Predictor):
                 download_hint=self.download_hint,
             )
             self._checkpoint_hash = file_sha256(self.checkpoint_path)
-            self.net = self._load_network(self.checkpoint_path)
+            self.net = self._load_network(self.checkpoint_path, named_variant=named)
         self.net = self.net.to(self.device).eval()
         self.zoom_in = self._make_zoom_in(zoom_in_target_size_px, zoom_in_skip_clicks)
         self.grid = patch_grid(self.net)
@@ -468,7 +539,30 @@ class IsegmPredictor(Predictor):
         with upstream_errors(package=self.package_label, doing="interpolating the position embedding"):
             self.grid = fit_position_embedding(self.net, side_px=self.zoom_in.target_size_px)
 
-    def _load_network(self, path: Path):
+    def _variant_of(self, path: Path, architecture: str, named: str | None) -> str:
+        """The variant to record for a file holding ``architecture``; refuses a named variant it is not."""
+        fitting = [variant for variant, held in self.architectures.items() if held == architecture]
+        if named is None:
+            return (
+                self.variant
+                if self.variant in fitting
+                else (fitting[0] if fitting else f"custom-{architecture}")
+            )
+        if named in fitting:
+            return named
+        expected = self.architectures.get(named, "?")
+        fix = (
+            f"pass variant {fitting[0]!r}"
+            + (f" (or {', '.join(map(repr, fitting[1:]))})" if fitting[1:] else "")
+            if fitting
+            else f"no {self.name} variant has it: leave the variant out to run it as 'custom-{architecture}'"
+        )
+        raise CheckpointError(
+            f"checkpoint {path} holds a {architecture} network, not the {expected} of {self.name} variant {named!r}: "
+            f"{fix}, or use the checkpoint of {named!r} ({self.variants.get(named, '?')})."
+        )
+
+    def _load_network(self, path: Path, *, named_variant: str | None = None):
         import torch
 
         try:
@@ -489,6 +583,9 @@ class IsegmPredictor(Predictor):
                 f"checkpoint {path} is not an isegm checkpoint (needs 'config' and 'state_dict'); predictor "
                 f"{self.name!r} expects e.g. {self.variants[self.variant]} for variant {self.variant!r}"
             )
+        weights = loaded["state_dict"] if isinstance(loaded["state_dict"], Mapping) else {}
+        self.architecture = checkpoint_architecture(loaded["config"], weights)
+        self.variant = self._variant_of(path, self.architecture, named_variant)
         serialization = import_upstream(SERIALIZATION_MODULE, package=self.package_label)
         if self.model_module:
             import_upstream(self.model_module, package=self.package_label)
@@ -566,25 +663,27 @@ class IsegmPredictor(Predictor):
             if self.with_prev_mask:
                 prev_tensor = torch.from_numpy(prev_probs)[None, None].to(image.device, image.dtype)
                 image = torch.cat([image, prev_tensor], dim=1)
-            box = (
-                None
+            box, roi = (
+                (None, None)
                 if self.zoom_in is None
-                else self.zoom_in.choose_box(clicks=clicks, previous=previous, height=height, width=width)
+                else self.zoom_in.plan(clicks=clicks, previous=previous, height=height, width=width)
             )
             net_input, points = self._crop(image, clicks, box)
             logits = self._run_network(net_input, points)
             probabilities = torch.sigmoid(logits)
-            if box is not None:
-                box_h, box_w = box[1] - box[0] + 1, box[3] - box[2] + 1
+            if (
+                roi is not None
+            ):  # the crop's prediction back into its box; after an empty one, upstream's squeeze
+                roi_h, roi_w = roi[1] - roi[0] + 1, roi[3] - roi[2] + 1
                 inside = functional.interpolate(
-                    probabilities, size=(box_h, box_w), mode="bilinear", align_corners=True
+                    probabilities, size=(roi_h, roi_w), mode="bilinear", align_corners=True
                 )
                 full = torch.zeros((1, 1, height, width), dtype=inside.dtype, device=inside.device)
-                full[:, :, box[0] : box[1] + 1, box[2] : box[3] + 1] = inside
+                full[:, :, roi[0] : roi[1] + 1, roi[2] : roi[3] + 1] = inside
                 probabilities = full
             result = probabilities[0, 0].float().cpu().numpy()
-        state = IsegmState(probabilities=result, object_box=box)
-        return Prediction(probabilities=result, logits=state, extra={"zoom_box": box})
+        state = IsegmState(probabilities=result, object_box=roi)
+        return Prediction(probabilities=result, logits=state, extra={"zoom_box": box, "roi": roi})
 
     def _crop(self, image, clicks: Sequence[Click], box: Box | None):
         import torch.nn.functional as functional
@@ -666,6 +765,7 @@ class RitmPredictor(IsegmPredictor):
     name = "ritm"
     model_type = "ritm"
     variants = RITM_VARIANTS
+    architectures = RITM_ARCHITECTURES
     download_hint = RITM_DOWNLOAD_HINT
     package_label = "RITM clone (isegm)"
     model_module = RITM_MODEL_MODULE
@@ -679,6 +779,7 @@ class SimpleClickPredictor(IsegmPredictor):
     name = "simpleclick"
     model_type = "simple"
     variants = SIMPLECLICK_VARIANTS
+    architectures = SIMPLECLICK_ARCHITECTURES
     download_hint = SIMPLECLICK_DOWNLOAD_HINT
     package_label = "SimpleClick clone (isegm)"
     model_module = SIMPLECLICK_MODEL_MODULE

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from segmenters.base import CheckpointError, Click, Embedding, Prediction, Predictor, SegmenterError
-from segmenters.checkpoints import file_sha256, resolve_checkpoint
+from segmenters.base import Click, Embedding, Prediction, Predictor, SegmenterError
+from segmenters.checkpoints import file_sha256, load_into_module, load_state_dict, resolve_checkpoint
 from segmenters.devices import select_device
 from segmenters.images import validate_image
 from segmenters.registry import register
@@ -115,16 +115,17 @@ class Sam2Predictor(Predictor):
         self._checkpoint_hash = file_sha256(self.checkpoint_path)
         build_sam2 = import_upstream(SAM2_MODULES[0], package=SAM2_LABEL).build_sam2
         image_predictor_class = import_upstream(SAM2_MODULES[1], package=SAM2_LABEL).SAM2ImagePredictor
+        # Read the file first, as every adapter does (weights only; an unreadable or truncated file is a
+        # CheckpointError naming it), then build the network without weights and load them strictly, as
+        # upstream's build_sam2(config, ckpt_path) would (its _load_checkpoint: torch.load(...)["model"], then a
+        # strict load_state_dict) but without its raw UnpicklingError / RuntimeError.
+        state_dict = load_state_dict(self.checkpoint_path, predictor_name=self.name, variant=variant)
         with upstream_errors(package=SAM2_LABEL, doing=f"building {variant} from {self.config}"):
-            try:
-                model = build_sam2(
-                    self.config, str(self.checkpoint_path), device=str(self.device), mode="eval"
-                )
-            except (RuntimeError, KeyError) as error:  # a state dict of another size or layout
-                raise CheckpointError(
-                    f"checkpoint {self.checkpoint_path} does not fit sam2 variant {variant!r} (config "
-                    f"{self.config}): {error}. Pass the variant the file belongs to."
-                ) from error
+            model = build_sam2(self.config, None, device=str(self.device), mode="eval")
+        load_into_module(
+            model, state_dict, path=self.checkpoint_path, predictor_name=self.name, variant=variant
+        )
+        model = model.to(self.device).eval()
         with upstream_errors(package=SAM2_LABEL, doing="creating SAM2ImagePredictor"):
             self._image_predictor = image_predictor_class(model)
 

@@ -12,6 +12,8 @@ BENCHMARK_EVALUATE_INSTANCE = "tasks.benchmark.benchmark_evaluate_instance"
 CORRECTIVE_UPDATE_ITEM = "tasks.corrective.update_item"
 #: Beat: send the mask update again for corrective items still waiting for one.
 CORRECTIVE_REQUEUE_PENDING_UPDATES = "tasks.corrective.requeue_pending_updates"
+#: Import a dataset asked for in the researcher area (an uploaded archive or a folder under the import root).
+DATASETS_IMPORT_DATASET = "tasks.datasets.import_dataset"
 #: Score a large evaluation-server submission and prepare its next interaction.
 EVALUATION_PROCESS_RUN = "tasks.evaluation.process_run"
 #: Beat: send the task intents the broker has not taken yet (the transactional outbox).

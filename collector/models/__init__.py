@@ -1,12 +1,13 @@
 """The domain model (see docs/architecture.md). One module per part of the flow."""
 
-from .datasets import Dataset, Image, Instance
+from .datasets import Dataset, DatasetImport, Image, Instance
 from .sessions import Click, Session, Trial, Worker
 from .studies import DisplayMode, Round, Study, Target
 
 __all__ = [
     "Click",
     "Dataset",
+    "DatasetImport",
     "DisplayMode",
     "Image",
     "Instance",

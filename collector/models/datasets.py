@@ -87,3 +87,62 @@ class Instance(models.Model):
         if self.object_stem:
             return f"{self.image.stem}_______{self.object_stem}"
         return self.image.stem
+
+
+class DatasetImport(models.Model):
+    """One import asked for in the researcher area (an uploaded archive or a folder under the import root), run
+    by ``tasks.datasets.import_dataset`` through the outbox; its row is the progress and the result page."""
+
+    class Source(models.TextChoices):
+        ARCHIVE = "archive", "uploaded archive"
+        FOLDER = "folder", "folder under the import root"
+
+    class State(models.TextChoices):
+        PENDING = "pending", "waiting for a worker"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    source = models.CharField(max_length=10, choices=Source.choices)
+    #: the upload as stored under MEDIA_ROOT (removed once the import ends) and its name on the researcher's disk
+    archive = models.FileField(max_length=500, blank=True)
+    archive_name = models.CharField(max_length=255, blank=True)
+    archive_size = models.BigIntegerField(default=0)
+    #: the folder chosen, relative to settings.DATASET_IMPORT_ROOT
+    folder = models.CharField(max_length=1000, blank=True)
+    layout = models.CharField(max_length=20, blank=True, help_text="Empty: detected from the folder.")
+    name = models.CharField(max_length=100, blank=True, help_text="Empty: the layout's RClicks name.")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    stage = models.CharField(max_length=200, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    messages = models.JSONField(default=list, blank=True)
+    dataset = models.ForeignKey(
+        Dataset, null=True, blank=True, on_delete=models.SET_NULL, related_name="imports"
+    )
+    detected_layout = models.CharField(max_length=20, blank=True)
+    images = models.PositiveIntegerField(default=0)
+    instances = models.PositiveIntegerField(default=0)
+    ignore_bands = models.PositiveIntegerField(default=0)
+    unchanged = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="dataset_imports"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"import {self.pk} ({self.archive_name or self.folder})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (self.State.DONE, self.State.FAILED)
+
+    @property
+    def what(self) -> str:
+        return self.archive_name if self.source == self.Source.ARCHIVE else self.folder

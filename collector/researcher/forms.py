@@ -1,4 +1,4 @@
-"""The study set-up form."""
+"""The study set-up form and the dataset import forms."""
 
 from __future__ import annotations
 
@@ -231,3 +231,46 @@ class StudyForm(forms.ModelForm):
                 if field in cleaned:
                     self.add_error(field, message)
         return cleaned
+
+
+LAYOUT_CHOICES = [
+    ("", "detect from the folder"),
+    ("grabcut", "grabcut: data_GT/ + boundary_GT/"),
+    ("berkeley", "berkeley: images/ + masks/"),
+    ("davis", "davis: img/ + gt/"),
+    ("coco_mval", "coco_mval: img/ + gt/ (COCO)"),
+    ("tetris", "tetris: images/ + id-encoded masks/"),
+    ("folder", "folder: images/ + masks/<stem>[_<object>].png"),
+]
+
+
+class _DatasetImportFields(forms.Form):
+    layout = forms.ChoiceField(
+        choices=LAYOUT_CHOICES, required=False, help_text="How the dataset folder is organised."
+    )
+    name = forms.CharField(
+        required=False,
+        max_length=100,
+        help_text="Empty: the layout's RClicks name (GrabCut, COCO, ...), or the folder's name.",
+    )
+
+
+class ArchiveImportForm(_DatasetImportFields):
+    """An archive of a dataset folder, uploaded (``prefix="archive"``)."""
+
+    archive = forms.FileField(
+        label="Archive",
+        help_text="A .zip or .tar (.gz, .bz2, .xz) of the dataset folder, as made from its parent.",
+    )
+    field_order = ["archive", "layout", "name"]
+
+
+class FolderImportForm(_DatasetImportFields):
+    """A folder under the import root (``prefix="folder"``); ``folders``: the ones to choose from."""
+
+    folder = forms.ChoiceField(label="Folder", help_text="Relative to the import root.")
+    field_order = ["folder", "layout", "name"]
+
+    def __init__(self, *args, folders: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["folder"].choices = [("", "choose a folder")] + [(f, f) for f in folders]

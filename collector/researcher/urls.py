@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import media, views
+from . import dataset_views, media, views
 
 app_name = "researcher"
 urlpatterns = [
@@ -19,6 +19,16 @@ urlpatterns = [
     path("studies/new/estimate/", views.budget_estimate, name="budget_estimate"),
     path(
         "preview/instances/<int:instance_id>/<str:mode>.png", views.instance_preview, name="instance_preview"
+    ),
+    path("datasets/", dataset_views.dataset_list, name="dataset_list"),
+    path("datasets/import/", dataset_views.dataset_import, name="dataset_import"),
+    path(
+        "datasets/imports/<int:import_id>/", dataset_views.dataset_import_detail, name="dataset_import_detail"
+    ),
+    path(
+        "datasets/imports/<int:import_id>/live/",
+        dataset_views.dataset_import_live,
+        name="dataset_import_live",
     ),
     path("studies/<int:study_id>/", views.study_detail, name="study_detail"),
     path(

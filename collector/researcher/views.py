@@ -102,7 +102,8 @@ def _dataset_choices() -> list[dict]:
 
 @researcher_required
 def study_create(request):
-    form = StudyForm(request.POST or None)
+    chosen = request.GET.get("dataset", "")  # "New study" from a dataset or an import's result
+    form = StudyForm(request.POST or None, initial={"dataset": int(chosen)} if chosen.isdigit() else None)
     if request.method == "POST" and form.is_valid():
         fields = {name: value for name, value in form.cleaned_data.items() if name not in {"name", "dataset"}}
         try:

@@ -167,13 +167,19 @@ def _existing_fingerprint(dataset: Dataset) -> set[tuple[str, str, str, str]]:
 
 
 def dataset_import(
-    *, path: str | Path, layout: str, name: str | None = None, progress: Progress | None = None
+    *,
+    path: str | Path,
+    layout: str,
+    name: str | None = None,
+    progress: Progress | None = None,
+    source: str | None = None,
 ) -> ImportResult:
     """Import the dataset folder ``path`` read with ``layout``; atomic and idempotent.
 
     Every image and mask is decoded and checked before anything is written; the rows are created in one
     transaction and files written during a failed import are removed again. Importing the same folder
-    again changes nothing; importing different content under an existing name is refused.
+    again changes nothing; importing different content under an existing name is refused. ``source``: what
+    ``Dataset.source_path`` records (default: the folder; an uploaded archive's name when it came from one).
     """
     root = Path(path).resolve()
     try:
@@ -204,10 +210,12 @@ def dataset_import(
             f"{root}: a dataset named {opened.name!r} already exists with different content (first difference: "
             f"image stem {stem!r}, layout {existing.layout!r}); import it under a new name with --name."
         )
-    return _write(opened.name, layout, root, prepared)
+    if progress:
+        progress(len(prepared), len(prepared), "writing")
+    return _write(opened.name, layout, source or str(root), prepared)
 
 
-def _write(name: str, layout: str, root: Path, prepared: list[_Prepared]) -> ImportResult:
+def _write(name: str, layout: str, source: str, prepared: list[_Prepared]) -> ImportResult:
     media_root = Path(settings.MEDIA_ROOT)
     written: dict[str, Path] = {}
 
@@ -226,7 +234,7 @@ def _write(name: str, layout: str, root: Path, prepared: list[_Prepared]) -> Imp
 
     try:
         with transaction.atomic():
-            dataset = Dataset.objects.create(name=name, layout=layout, source_path=str(root))
+            dataset = Dataset.objects.create(name=name, layout=layout, source_path=source[:1000])
             base = Path("datasets") / f"{dataset.pk}-{slugify(name) or 'dataset'}"
             images: dict[str, Image] = {}
             for item in prepared:

@@ -15,10 +15,12 @@ Error regions (bool, canonical image size)::
 
     fn = M & ~P & ~ignore        fp = ~M & P & ~ignore
 
-Small-region rule (decided here): connected components (8-connectivity) smaller than
-``study.min_error_area_px`` are removed first, then a region type whose remaining area is below
-``study.min_error_area_px`` gets no target. So every stored error mask consists only of components of at
-least the minimum area: speckles along the boundary are never shown to a worker as "the region to click".
+Small-region rule (``benchmark.rclicks.task_error_regions``, the one function that makes error masks, so
+the benchmark rebuilds from an export exactly what workers were shown): connected components
+(8-connectivity) smaller than ``study.min_error_area_px`` are removed first, then a region type whose
+remaining area is below ``study.min_error_area_px`` gets no target. So every stored error mask consists
+only of components of at least the minimum area: speckles along the boundary are never shown to a worker as
+"the region to click". The export's manifest records the rule per previous mask.
 
 Index k (the ``_<device>_<k>`` suffix): the 1-based position of the source click among the instance's
 valid first clicks of the same device in counted sessions, in click order (``Click.received_at``, then
@@ -52,7 +54,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import cv2
 import numpy as np
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -62,6 +63,7 @@ from django.utils import timezone
 from PIL import Image as PILImage
 
 from benchmark.metrics import iou
+from benchmark.rclicks import task_error_regions
 from benchmark.stems import full_stem_build
 from collector.models import Click, Image, Instance, Round, Session, Study, Target
 from collector.selectors.segmenters import study_segmenter_keys
@@ -129,34 +131,6 @@ class BuildResult:
     created: bool
     skipped: dict[int, str] = field(default_factory=dict)
     error: str = ""
-
-
-# --------------------------------------------------------------------------------------------------
-# Pure parts (no database)
-
-
-def drop_small_components(region: np.ndarray, *, min_area_px: int) -> np.ndarray:
-    """``region`` (bool (H, W)) without its 8-connected components of fewer than ``min_area_px`` pixels."""
-    if min_area_px <= 1 or not region.any():
-        return region.copy()
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(region.astype(np.uint8), connectivity=8)
-    keep = np.zeros(count, dtype=bool)
-    keep[1:] = stats[1:, cv2.CC_STAT_AREA] >= min_area_px
-    return keep[labels]
-
-
-def error_regions(
-    *, mask: np.ndarray, previous: np.ndarray, ignore: np.ndarray | None, min_area_px: int
-) -> dict[str, np.ndarray | None]:
-    """{"fn": region or None, "fp": region or None}: fn = M & ~P & ~ignore, fp = ~M & P & ~ignore, each
-    without components under ``min_area_px`` and None when what is left is under ``min_area_px``."""
-    keep = np.ones_like(mask) if ignore is None else ~ignore
-    raw = {"fn": mask & ~previous & keep, "fp": ~mask & previous & keep}
-    regions: dict[str, np.ndarray | None] = {}
-    for kind, region in raw.items():
-        cleaned = drop_small_components(region, min_area_px=min_area_px)
-        regions[kind] = cleaned if int(np.count_nonzero(cleaned)) >= max(1, min_area_px) else None
-    return regions
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,7 +272,7 @@ def instance_plan(
             f"every predicted mask has IoU > {MAX_PREVIOUS_IOU} ({len(clicks)} clicks x {len(predictors)} models)",
         )
     best_iou, predictor, click, previous = best
-    regions = error_regions(mask=mask, previous=previous, ignore=ignore, min_area_px=min_error_area_px)
+    regions = task_error_regions(mask=mask, previous=previous, ignore=ignore, min_area_px=min_error_area_px)
     planned, missing = [], []
     for click_type in ("fn", "fp"):
         region = regions[click_type]

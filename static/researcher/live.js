@@ -1,6 +1,7 @@
 // Live numbers without a reload: every element with data-live-url is refreshed every data-live-ms by
 // polling that URL. The answer is {"html": {"<element id>": "<inner HTML>"}, "state": "<study state>"}:
-// the server renders the same templates as the page, so there is one way to draw each part.
+// the server renders the same templates as the page, so there is one way to draw each part. An answer with
+// "done": true (a finished dataset import) is the last: polling stops.
 // Polling (not server-sent events) keeps each refresh a short request; see collector.researcher.views.study_live.
 (function () {
   "use strict";
@@ -53,12 +54,13 @@
           }
           var stamp = document.getElementById("live-updated");
           if (stamp && body.at) { stamp.textContent = body.at.slice(11, 19); }
+          if (body.done === true) { window.clearInterval(timer); }  // a finished import changes no more
         })
         .catch(function () { /* offline for a moment: the next poll tries again */ })
         .then(function () { busy = false; });
     }
 
-    window.setInterval(refresh, every);
+    var timer = window.setInterval(refresh, every);
     document.addEventListener("visibilitychange", function () { if (!document.hidden) { refresh(); } });
   });
 })();

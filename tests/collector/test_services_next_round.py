@@ -17,13 +17,12 @@ from PIL import Image as PILImage
 from scipy import ndimage
 
 from benchmark.metrics import iou
+from benchmark.rclicks import drop_small_components, task_error_regions
 from benchmark.stems import full_stem_check
 from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import (
     MAX_PREVIOUS_IOU,
-    drop_small_components,
-    error_regions,
     round_build_next,
     round_build_retry,
     rounds_awaiting_build,
@@ -154,9 +153,9 @@ def test_small_components_are_dropped_before_the_area_check():
     assert int(kept.sum()) == 125 and not kept[30, 30]
     mask = np.zeros((40, 40), bool)
     previous = region.copy()  # everything is fp
-    regions = error_regions(mask=mask, previous=previous, ignore=None, min_area_px=101)
+    regions = task_error_regions(mask=mask, previous=previous, ignore=None, min_area_px=101)
     assert regions == {"fn": None, "fp": None}  # 126 px in total, but no component reaches 101
-    regions = error_regions(mask=mask, previous=previous, ignore=None, min_area_px=30)
+    regions = task_error_regions(mask=mask, previous=previous, ignore=None, min_area_px=30)
     assert regions["fn"] is None and int(regions["fp"].sum()) == 100
 
 
@@ -461,7 +460,12 @@ def test_a_simpleclick_checkpoint_builds_round_2_from_images_that_are_not_its_sq
     settings.MEDIA_ROOT = str(tmp_path / "media")
     isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
     torch.manual_seed(0)
-    params = {"img_size": 64, "patch_size": 8}
+    params = {
+        "img_size": 64,
+        "patch_size": 16,
+        "embed_dim": 160,
+        "depth": 8,
+    }  # ViT-xTiny's shape, 64 px square
     path = tmp_path / "models" / "our_vit_xtiny.pth"
     path.parent.mkdir()
     isegm_checkpoint(path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params))
@@ -480,6 +484,32 @@ def test_a_simpleclick_checkpoint_builds_round_2_from_images_that_are_not_its_sq
     assert previous[150, 205] and 0 < previous.sum() < 100 * 100
 
 
+@pytest.mark.django_db
+def test_a_checkpoint_listed_under_another_variant_fails_the_build_instead_of_mislabelling_its_masks(
+    tmp_path, settings, installed_package
+):
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    params = {"img_size": 64, "patch_size": 16, "embed_dim": 160, "depth": 8}  # an xtiny ...
+    path = tmp_path / "models" / "cocolvis_vit_base.pth"
+    path.parent.mkdir()
+    isegm_checkpoint(path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params))
+    settings.SEGMENTER_CHECKPOINTS = parse_checkpoint_table(
+        f"simpleclick:vit_base={path}"
+    )  # ... listed as base
+    study, round_1 = _one_click_study(tmp_path / "data", next_round_segmenter="simpleclick:vit_base")
+
+    result = round_build_next(round_id=round_1.pk)
+
+    assert result.round is None and not Target.objects.filter(round__study=study, round__number=2).exists()
+    assert (
+        "holds a vit160x8p16 network, not the vit768x12p16 of simpleclick variant 'vit_base'" in result.error
+    )
+    assert "pass variant 'vit_xtiny'" in result.error
+    round_1.refresh_from_db()
+    assert round_1.build_error == result.error
+
+
 HRNET_MODEL_WITH_NP_INT = """
     import numpy as np
     import torch
@@ -488,7 +518,7 @@ HRNET_MODEL_WITH_NP_INT = """
     class HRNetModel(torch.nn.Module):
         with_prev_mask = True
 
-        def __init__(self, width=4):
+        def __init__(self, width=18):
             super().__init__()
             self.conv = torch.nn.Conv2d(4, 1, 1)
 
@@ -507,7 +537,7 @@ def test_upstream_code_failing_on_a_click_fails_the_build_with_the_fix(tmp_path,
     isegm_checkpoint(
         tmp_path / "coco_lvis_h18_itermask.pth",
         "isegm.model.is_hrnet_model.HRNetModel",
-        {"width": 4},
+        {"width": 18},  # the default variant's architecture (the stand-in ignores the width)
         module.HRNetModel(),
     )
     settings.SEGMENTER_CHECKPOINT_DIR = tmp_path

@@ -21,6 +21,7 @@ QUEUE_JOBS = {
     "stimuli": "tasks.stimuli.",
     "platform sync": "tasks.platforms.",
     "session expiry": "tasks.sessions.",
+    "dataset imports": "tasks.datasets.",
 }
 
 
@@ -47,7 +48,10 @@ def test_the_default_queue_runs_what_the_docs_say_and_exports_are_not_queued():
     for job, prefix in QUEUE_JOBS.items():
         assert any(name.startswith(prefix) for name in names), f"no task runs {job!r} ({prefix}*): {names}"
     assert not [name for name in names if "export" in name]  # exports run in the request, admin action or CLI
-    assert "`default` (validation, stimuli, platform sync, session expiry; exports run where" in ARCHITECTURE
+    assert (
+        "`default` (validation, stimuli, platform sync, session expiry, dataset imports; exports run where"
+        in ARCHITECTURE
+    )
 
 
 def test_coordinates_are_documented_in_the_canonical_frame_the_exports_use():

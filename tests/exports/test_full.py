@@ -145,3 +145,32 @@ def test_every_click_row_says_which_model_made_its_targets_previous_mask(small_s
         assert (row["model_id"], row["model_variant"], row["checkpoint_sha256"]) == expected[row["target_id"]]
         assert (row["model_id"] == "") == (row["click_type"] == "first")
     assert COLUMN_NAMES.index("model_id") == COLUMN_NAMES.index("model_type") + 1
+
+
+@pytest.mark.django_db
+def test_the_full_export_writes_a_manifest_naming_the_dataset_its_content_and_the_round_rules(
+    small_study, tmp_path
+):
+    from benchmark.datasets import dataset_content_hash, open_dataset
+
+    for name in ("full.parquet", "full.jsonl"):
+        result = full_export(study_ids=[small_study.study.pk], out_path=tmp_path / name)
+        assert result.manifest_path == tmp_path / "full.manifest.json"
+        manifest = json.loads(result.manifest_path.read_text())
+        assert (
+            manifest["file"] == name and manifest["rows"] == 15 and manifest["columns"] == list(COLUMN_NAMES)
+        )
+        folder_hash = dataset_content_hash(open_dataset(small_study.folder, "folder"))
+        assert manifest["datasets"] == [
+            {
+                "name": "Mixed stems",
+                "layout": "folder",
+                "content_hash": folder_hash,
+                "studies": [small_study.study.pk],
+            }
+        ]
+        rules = manifest["studies"][0]["round_rules"]
+        assert rules["min_error_area_px"] == small_study.study.min_error_area_px
+        assert {m["model_name"] for m in rules["models"]} == {"embedded", "sam", "mivos"}
+    embedded = json.loads(pq.read_table(tmp_path / "full.parquet").schema.metadata[b"clicklab_manifest"])
+    assert embedded["datasets"] == manifest["datasets"] and "rows" not in embedded

@@ -99,7 +99,16 @@ def test_full_stem_grammar_in_the_export(small_study, tmp_path):
     }
     assert stems["multi_x_______2"]["object_stem"] == "2"  # seven underscores before the object id
     assert "multi_x_______2".count("_") == 8
-    assert stems["single one.v2_embedded_fn_pc_0"]["model_type"] == "embedded"
+    # model_type keeps the RClicks vocabulary; the model RClicks has no token for is named in model_name
+    assert stems["single one.v2_embedded_fn_pc_0"]["model_type"] == ""
+    assert stems["single one.v2_embedded_fn_pc_0"]["model_name"] == "embedded"
+    assert (
+        stems["multi_x_______2_sam_fp_mobile_3"]["model_type"],
+        stems["x_sample_mivos_fn"]["model_type"],
+    ) == (
+        "sam",
+        "mivos",
+    )
     assert stems["multi_x_______2_sam_fp_mobile_3"]["click_type"] == "fp"
     assert stems["x_sample_mivos_fn"]["image_stem"] == "x_sample"  # no _<device>_<k> suffix
 
@@ -227,18 +236,18 @@ def test_a_full_stem_off_the_grammar_is_refused_naming_the_target(small_study, t
 
 
 @pytest.mark.django_db
-def test_include_invalid_adds_a_valid_column_after_the_eleven(small_study, tmp_path):
+def test_include_invalid_adds_a_valid_column_after_the_eleven_and_the_model_name(small_study, tmp_path):
     result = rclicks_export(study_ids=[small_study.study.pk], out_dir=tmp_path, include_invalid=True)
     with open(result.clicks_csv, newline="") as handle:
         header = next(csv.reader(handle))
-    assert header == [*CLICKS_COLUMNS, "valid"]
+    assert header == [*CLICKS_COLUMNS, "model_name", "valid"]
     rows = _read_rows(result.clicks_csv)
     assert len(rows) == Click.objects.filter(trial__session__study=small_study.study).count() == 15
     assert sum(r["valid"] == "1" for r in rows) == 11
     rejected = [r for r in rows if (r["full_stem"], r["x"], r["y"]) == ("x_sample", "6", "6")]
     assert [r["valid"] for r in rejected] == ["0"]  # a valid click of a rejected session is not counted
     frame = read_clicks_csv(result.clicks_csv)
-    assert list(frame.columns) == [*CLICKS_COLUMNS, "valid"]
+    assert list(frame.columns) == [*CLICKS_COLUMNS, "model_name", "valid"]
 
 
 @pytest.mark.django_db
@@ -272,7 +281,7 @@ def test_no_counted_clicks_gives_a_header_only_csv_and_says_why(tmp_path):
         )
     said: list[str] = []
     result = rclicks_export(study_ids=[study.pk], out_dir=tmp_path / "out", on_message=said.append)
-    assert result.clicks_csv.read_text() == ",".join(CLICKS_COLUMNS) + "\n"
+    assert result.clicks_csv.read_text() == ",".join([*CLICKS_COLUMNS, "model_name"]) + "\n"
     assert result.rows == 0
     assert said == result.messages and len(said) == 1
     assert f"study {study.pk}" in said[0] and "3 session(s) finished, none counted" in said[0]
@@ -471,7 +480,7 @@ def test_png_header_reader_accepts_only_8_bit_grey_png():
 
 
 @pytest.mark.django_db
-def test_the_manifest_names_who_made_each_previous_mask_and_clicks_csv_keeps_its_columns(
+def test_the_manifest_names_who_made_each_previous_mask_and_the_rule_of_its_error_regions(
     small_study, tmp_path
 ):
     corrections = list(Target.objects.filter(round__study=small_study.study).exclude(click_type="first"))
@@ -483,15 +492,58 @@ def test_the_manifest_names_who_made_each_previous_mask_and_clicks_csv_keeps_its
         )
     result = rclicks_export(study_ids=[small_study.study.pk], out_dir=tmp_path / "out")
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["columns"] == list(CLICKS_COLUMNS)
+    assert manifest["columns"] == [*CLICKS_COLUMNS, "model_name"]
     with open(result.clicks_csv, newline="") as handle:
-        assert next(csv.reader(handle)) == list(CLICKS_COLUMNS)
+        assert next(csv.reader(handle)) == [*CLICKS_COLUMNS, "model_name"]
     provenance = manifest["prev_mask_provenance"]
     assert len(provenance) == result.masks
     for target in corrections:
         assert provenance[f"{target.full_stem}.png"] == {
-            "model_type": target.model_type,
+            "model_name": target.model_type,
+            "model_type": target.model_type if target.model_type in ("sam", "mivos") else "",
             "model_id": f"ritm:hrnet18_cocolvis:zoom400s1:flip1:limNone#{target.pk}",
             "model_variant": "hrnet18_cocolvis",
             "checkpoint_sha256": f"{target.pk:064x}",
+            "min_error_area_px": small_study.study.min_error_area_px,
         }
+
+
+@pytest.mark.django_db
+def test_the_manifest_names_the_dataset_its_content_hash_and_the_rules_of_the_rounds(small_study, tmp_path):
+    from benchmark.datasets import dataset_content_hash
+
+    study = small_study.study
+    type(study).objects.filter(pk=study.pk).update(min_error_area_px=37, next_round_segmenter="embedded")
+    rclicks_export(study_ids=[study.pk], out_dir=tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    # the hash the web app computes from what the import stored is the one the benchmark computes from the folder
+    folder_hash = dataset_content_hash(open_dataset(small_study.folder, "folder", name="whatever"))
+    assert manifest["datasets"] == [
+        {"name": "Mixed stems", "layout": "folder", "content_hash": folder_hash, "studies": [study.pk]}
+    ]
+    assert manifest["prev_masks_dirs"] == {"Mixed stems": "SUBSEC_MASKS/Mixed stems/fn_fp"}
+    rules = manifest["studies"][0]["round_rules"]
+    assert rules["min_error_area_px"] == 37 and rules["next_round_segmenter"] == "embedded"
+    assert sorted(model["model_name"] for model in rules["models"]) == ["embedded", "mivos", "sam"]
+    assert {m["model_name"]: m["model_type"] for m in rules["models"]} == {
+        "embedded": "",
+        "mivos": "mivos",
+        "sam": "sam",
+    }
+    assert {p["min_error_area_px"] for p in manifest["prev_mask_provenance"].values()} == {37}
+
+
+@pytest.mark.django_db
+def test_two_studies_that_built_one_task_with_other_error_rules_are_refused(small_study, tmp_path):
+    other = make_study(small_study.dataset, publish=True, name="second study")
+    type(other).objects.filter(pk=other.pk).update(min_error_area_px=small_study.study.min_error_area_px + 1)
+    round_2 = make_correction_round(other)
+    target = small_study.targets["x_sample_mivos_fn"]
+    twin = make_correction_target(round_2, instance=target.instance, click_type="fn", model_type="mivos")
+    make_clicked_session(
+        other, round=round_2, device="pc", clicks=[(twin, 100.0, 70.0)]
+    )  # the same default mask
+    with pytest.raises(
+        ExportError, match=r"x_sample_mivos_fn.png: studies \d+ and \d+ share this task.*min_error_area_px"
+    ):
+        rclicks_export(study_ids=[small_study.study.pk, other.pk], out_dir=tmp_path / "out")

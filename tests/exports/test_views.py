@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 
 import pyarrow.parquet as pq
@@ -20,6 +21,7 @@ def _urls(study_id: int) -> list[str]:
         f"/exports/studies/{study_id}/rclicks.zip",
         f"/exports/studies/{study_id}/full.parquet",
         f"/exports/studies/{study_id}/full.jsonl",
+        f"/exports/studies/{study_id}/full.manifest.json",
     ]
 
 
@@ -79,7 +81,7 @@ def test_a_shared_researcher_gets_invalid_rows_and_previews_when_asked(small_stu
     response = client.get(f"/exports/studies/{small_study.study.pk}/rclicks.zip?include_invalid=1&previews=1")
     archive = zipfile.ZipFile(io.BytesIO(_body(response)))
     header = archive.read("clicks.csv").decode().splitlines()
-    assert header[0].endswith(",h,valid") and len(header) == 1 + 15
+    assert header[0].endswith(",h,model_name,valid") and len(header) == 1 + 15
     assert archive.read("previews.csv").decode().splitlines()[1].startswith("Object_CutOut,")
 
 
@@ -95,6 +97,14 @@ def test_full_parquet_and_jsonl_downloads(small_study, client):
     assert table.num_rows == 15 and "worker" in table.column_names
     response = client.get(f"/exports/studies/{small_study.study.pk}/full.jsonl")
     assert response.status_code == 200 and len(_body(response).splitlines()) == 15
+    # the downloaded Parquet names its dataset; for JSON Lines the manifest is its own download
+    embedded = json.loads(table.schema.metadata[b"clicklab_manifest"])
+    assert [d["name"] for d in embedded["datasets"]] == [small_study.dataset.name]
+    response = client.get(f"/exports/studies/{small_study.study.pk}/full.manifest.json?format=jsonl")
+    assert response.status_code == 200 and "attachment" in response["Content-Disposition"]
+    manifest = json.loads(response.content)
+    assert manifest["rows"] == 15 and manifest["file_format"] == "jsonl"
+    assert manifest["datasets"] == embedded["datasets"] and len(manifest["datasets"][0]["content_hash"]) == 64
 
 
 @pytest.mark.django_db

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from segmenters.base import Click, SegmenterError
+from segmenters.base import CheckpointError, Click, SegmenterError
 from segmenters.isegm import (
     IsegmState,
     RitmPredictor,
@@ -25,6 +25,7 @@ from segmenters.isegm import (
     ZoomIn,
     box_holds_positive_clicks,
     box_iou,
+    checkpoint_architecture,
     encode_points,
     expand_box,
     fit_position_embedding,
@@ -121,6 +122,36 @@ def test_zoom_box_is_kept_while_it_holds_the_clicks_and_overlaps():
     assert (
         zoom.choose_box(clicks=far, previous=IsegmState(probabilities, kept), height=100, width=100) != kept
     )
+
+
+def test_after_an_empty_prediction_the_whole_image_prediction_is_squeezed_into_the_kept_box():
+    # Upstream's ZoomIn: click 3 follows an empty prediction, so no new box can be made; the whole image goes
+    # to the network, and the inverse transform still uses the object ROI of click 2, squeezing the
+    # whole-image prediction into it. The box is kept for the next click.
+    image, _ = square_scene(300, 600)
+    predictor = _ritm(zoom_in_target_size_px=400)
+    embedding = predictor.encode(image)
+    clicks = [Click(x=100, y=100), Click(x=100, y=100, is_positive=False), Click(x=450, y=250)]
+    first = predictor.predict(embedding, clicks[:1])
+    second = predictor.predict(embedding, clicks[:2], first.logits)
+    kept = second.extra["zoom_box"]
+    assert kept is not None and not predictor.predict_mask(second).any(), "click 2 must leave nothing"
+    third = predictor.predict(embedding, clicks, second.logits)
+    assert third.extra["zoom_box"] is None and third.extra["roi"] == kept == third.logits.object_box
+    assert predictor.net.seen_shapes[-1] == (2, 4, 300, 600)  # the whole image went in
+    # what the network said about the whole image, computed without zoom from the same inputs
+    plain = _ritm(zoom_in_target_size_px=0)
+    whole = plain.predict(plain.encode(image), clicks, second.probabilities).probabilities
+    assert whole[250, 450] > 0.49  # the new click's disk, far outside the kept box
+    height, width = kept[1] - kept[0] + 1, kept[3] - kept[2] + 1
+    squeezed = torch.nn.functional.interpolate(
+        torch.from_numpy(whole)[None, None], size=(height, width), mode="bilinear", align_corners=True
+    )[0, 0].numpy()
+    expected = np.zeros_like(whole)
+    expected[kept[0] : kept[1] + 1, kept[2] : kept[3] + 1] = squeezed
+    np.testing.assert_allclose(third.probabilities, expected, atol=1e-5)
+    ours, theirs = predictor.predict_mask(third), whole > predictor.threshold
+    assert theirs.any() and ours.any() and not (ours & theirs).any()  # IoU 0, as measured against upstream
 
 
 def test_first_click_runs_on_the_whole_image_and_lands_on_the_click():
@@ -366,7 +397,12 @@ def test_simpleclick_checkpoint_from_a_clone_runs_on_any_image_size(installed_pa
     assert predictor.predict_mask(prediction)[24, 20]
     record = predictor_provenance(predictor)
     assert record.checkpoint_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert (record.predictor, record.model_type, record.variant) == ("simpleclick", "simple", "vit_xtiny")
+    # named like the xtiny release, but the file holds a 16-wide, 2-deep ViT: its provenance says so
+    assert (record.predictor, record.model_type, record.variant) == (
+        "simpleclick",
+        "simple",
+        "custom-vit16x2p8",
+    )
 
 
 def test_simpleclick_clone_without_mmcv_is_unavailable_and_says_what_to_install(installed_package, tmp_path):
@@ -525,3 +561,110 @@ def test_a_simpleclick_clone_beside_mmcv_2_names_mmcv_1(installed_package):
     assert "the installed mmcv is not the release SimpleClick clone (isegm) was written for" in reason
     assert "install mmcv 1.x" in reason and "is_plainvit_model.py:2" in reason
     assert "simpleclick" not in available_predictors()
+
+
+# --------------------------------------------------------------------------------------------------
+# The variant is the architecture the file holds
+
+
+# RITM's HRNetModel as far as the adapter reads it: its width (and ``small``) build layers of that width.
+HRNET_MODEL_WITH_WIDTH = """
+    import torch
+
+
+    class HRNetModel(torch.nn.Module):
+        with_prev_mask = True
+
+        def __init__(self, width=18, small=False):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, width, 1)
+            self.head = torch.nn.Conv2d(width, 1, 1)
+
+        def forward(self, image, points):
+            return {"instances": self.head(self.conv(image))}
+"""
+
+
+def _hrnet_checkpoint(installed_package, path, **params):
+    isegm_clone(
+        installed_package, HRNET_MODEL_WITH_WIDTH, module="is_hrnet_model", serialization=RITM_SERIALIZATION
+    )
+    module = importlib.import_module("isegm.model.is_hrnet_model")
+    isegm_checkpoint(path, "isegm.model.is_hrnet_model.HRNetModel", params, module.HRNetModel(**params))
+    return path
+
+
+def test_an_ritm_checkpoint_under_another_variant_is_refused_naming_the_variant_it_holds(
+    installed_package, tmp_path
+):
+    path = _hrnet_checkpoint(installed_package, tmp_path / "coco_lvis_h18_itermask.pth", width=32)
+    with pytest.raises(CheckpointError) as caught:
+        get_predictor("ritm", checkpoint=path, variant="hrnet18_cocolvis", device="cpu")
+    message = str(caught.value)
+    assert (
+        str(path) in message
+        and "holds a hrnet32 network, not the hrnet18 of ritm variant 'hrnet18_cocolvis'" in message
+    )
+    assert "pass variant 'hrnet32_cocolvis'" in message
+    # without a variant, the one the file holds; every mask's provenance records it
+    predictor = get_predictor("ritm", checkpoint=path, device="cpu")
+    assert predictor.architecture == "hrnet32"
+    record = predictor_provenance(predictor)
+    assert record.variant == "hrnet32_cocolvis" and record.model_id.startswith("ritm:hrnet32_cocolvis:")
+    assert (
+        get_predictor("ritm", checkpoint=path, variant="hrnet32_cocolvis", device="cpu").variant
+        == "hrnet32_cocolvis"
+    )
+
+
+def test_ritm_variants_of_one_architecture_are_both_accepted_and_small_is_told_apart(
+    installed_package, tmp_path
+):
+    path = _hrnet_checkpoint(installed_package, tmp_path / "sbd_h18_itermask.pth", width=18)
+    assert (
+        get_predictor("ritm", checkpoint=path, variant="hrnet18_sbd", device="cpu").variant == "hrnet18_sbd"
+    )
+    assert (
+        get_predictor("ritm", checkpoint=path, device="cpu").variant == "hrnet18_cocolvis"
+    )  # the default fits
+    small = _hrnet_checkpoint(
+        installed_package, tmp_path / "coco_lvis_h18s_itermask.pth", width=18, small=True
+    )
+    assert get_predictor("ritm", checkpoint=small, device="cpu").variant == "hrnet18s_cocolvis"
+    with pytest.raises(CheckpointError, match="holds a hrnet18s network.*pass variant 'hrnet18s_cocolvis'"):
+        get_predictor("ritm", checkpoint=small, variant="hrnet18_cocolvis", device="cpu")
+    odd = _hrnet_checkpoint(installed_package, tmp_path / "h64.pth", width=64)
+    assert get_predictor("ritm", checkpoint=odd, device="cpu").variant == "custom-hrnet64"
+    with pytest.raises(CheckpointError, match="no ritm variant has it: leave the variant out"):
+        get_predictor("ritm", checkpoint=odd, variant="hrnet32_cocolvis", device="cpu")
+
+
+def test_a_simpleclick_checkpoint_under_another_variant_is_refused(installed_package, tmp_path):
+    # SimpleClick's ViT-xTiny shape (160 wide, 8 blocks, 16 px patches) on a 64 px square, random weights
+    isegm_clone(installed_package, PLAINVIT_MODEL, module="is_plainvit_model")
+    torch.manual_seed(2)
+    params = {"img_size": 64, "patch_size": 16, "embed_dim": 160, "depth": 8}
+    path = tmp_path / "cocolvis_vit_base.pth"
+    isegm_checkpoint(path, "isegm.model.is_plainvit_model.PlainVitModel", params, TinyPlainVitModel(**params))
+    with pytest.raises(CheckpointError, match=r"holds a vit160x8p16 network, not the vit768x12p16 of simpleclick "
+                                              r"variant 'vit_base': pass variant 'vit_xtiny'"):  # fmt: skip
+        get_predictor("simpleclick", checkpoint=path, variant="vit_base", device="cpu")
+    predictor = get_predictor("simpleclick", checkpoint=path, device="cpu")
+    assert predictor_provenance(predictor).variant == "vit_xtiny"
+
+
+def test_the_architecture_is_read_from_upstreams_saved_config():
+    # upstream's serialize() saves every parameter as {"type", "value", "specified"}
+    def saved(**params):
+        return {
+            name: {"type": "builtin", "value": value, "specified": True} for name, value in params.items()
+        }
+
+    hrnet = "isegm.model.is_hrnet_model.HRNetModel"
+    assert (
+        checkpoint_architecture({"class": hrnet, "params": saved(width=18, small=True, ocr_width=48)}, {})
+        == "hrnet18s"
+    )
+    assert checkpoint_architecture({"class": hrnet, "params": saved(width=32, small=False)}, {}) == "hrnet32"
+    other = {"class": "isegm.model.is_segformer_model.SegformerModel", "params": saved(type="b0")}
+    assert checkpoint_architecture(other, {}) == "SegformerModel"

@@ -37,6 +37,9 @@ def worker_environment() -> dict[str, str]:
 
     env["SECRET_KEY"] = settings.SECRET_KEY  # tokens and codes made by one process must check in the other
     env["CLICKLAB_MEDIA_ROOT"] = str(settings.MEDIA_ROOT)
+    env.pop("CLICKLAB_IMPORT_ROOT", None)
+    if settings.DATASET_IMPORT_ROOT is not None:  # the folder imports' root, as the test set it
+        env["CLICKLAB_IMPORT_ROOT"] = str(settings.DATASET_IMPORT_ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -63,16 +66,20 @@ class CeleryWorkerProcess:
         self._log_offset = 0
 
     def _environment(self) -> dict[str, str]:
+        from django.conf import settings
+
         env = {**worker_environment(), **self.extra_environment}
         self.media_root = env["CLICKLAB_MEDIA_ROOT"]
+        self.files = (self.media_root, str(settings.DATASET_IMPORT_ROOT))
         return env
 
     def follow_media_root(self) -> None:
-        """Restart (if running) when the test's MEDIA_ROOT is not the one this worker was started with: a
-        worker shared by the session reads files where the test that started it wrote them."""
+        """Restart (if running) when the test's MEDIA_ROOT (or import root) is not the one this worker was started
+        with: a worker shared by the session reads files where the test that started it wrote them."""
         from django.conf import settings
 
-        if self.running and getattr(self, "media_root", None) != str(settings.MEDIA_ROOT):
+        files = (str(settings.MEDIA_ROOT), str(settings.DATASET_IMPORT_ROOT))
+        if self.running and getattr(self, "files", None) != files:
             self.stop()
             self.start()
 
