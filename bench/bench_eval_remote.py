@@ -9,11 +9,14 @@ DATABASE_URL (real PostgreSQL), else ``bench_eval.sqlite3`` under CLICKLAB_VAR_D
 Local and remote runs alternate (a busy machine slows both alike) and the fastest of each counts. Usage::
 
     .venv/bin/python bench/bench_eval_remote.py [--images 3] [--max-clicks 5] [--groups 10] [--repeats 3]
-        [--methods free,embedded]
+        [--methods free,embedded] [--clickers baseline,group]
 
 ``free`` is a near-free predictor (disks around the clicks, no logits: what is left is our own per-click work
 and the transport); ``embedded`` is the embedded GrabCut segmenter at a 96-px working size and one iteration
-(a fast method; it returns full-size float32 logits, which travel with every submission).
+(a fast method; it returns full-size float32 logits, which travel with every submission); ``embedded-mask``
+(not in the default list) is the same with its logits dropped, so the mask alone travels: the difference is
+what the logits cost; ``embedded-full`` (not in the default list either) is the embedded segmenter at its
+defaults (512 px, 4 iterations, about a second a click here), e.g. ``--methods embedded-full --clickers baseline``.
 """
 
 from __future__ import annotations
@@ -93,6 +96,24 @@ def start_gunicorn(port: int):
     raise SystemExit("gunicorn did not listen within 60 s")
 
 
+class WithoutLogits:
+    """A predictor whose predictions carry no logits: the session then feeds the mask back (the embedded
+    segmenter reads only ``previous > 0``, so its results do not change), and nothing but the mask travels."""
+
+    def __init__(self, predictor) -> None:
+        self.predictor = predictor
+
+    def encode(self, image):
+        return self.predictor.encode(image)
+
+    def predict(self, embedding, clicks, previous_logits=None):
+        from segmenters.base import Prediction
+
+        return Prediction(
+            probabilities=self.predictor.predict(embedding, clicks, previous_logits).probabilities
+        )
+
+
 def predictors(names: list[str]) -> dict:
     from bench_engine_embedding_reuse import DiskPredictor
 
@@ -104,8 +125,12 @@ def predictors(names: list[str]) -> dict:
             made[name] = DiskPredictor()
         elif name == "embedded":
             made[name] = get_predictor("embedded", work_long_side_px=96, grabcut_iterations=1)
+        elif name == "embedded-full":  # the embedded segmenter as the web app runs it (512 px, 4 iterations)
+            made[name] = get_predictor("embedded")
+        elif name == "embedded-mask":  # the same, its logits dropped: what their transfer costs
+            made[name] = WithoutLogits(get_predictor("embedded", work_long_side_px=96, grabcut_iterations=1))
         else:
-            raise SystemExit(f"--methods: unknown {name!r}; use free and/or embedded")
+            raise SystemExit(f"--methods: unknown {name!r}; use free, embedded, embedded-mask, embedded-full")
     return made
 
 
@@ -118,6 +143,7 @@ def main() -> None:
         "--repeats", type=int, default=3, help="alternated local/remote runs; the best of each counts"
     )
     parser.add_argument("--methods", default="free,embedded")
+    parser.add_argument("--clickers", default="baseline,group")
     args = parser.parse_args()
 
     from benchmark.cli import equal_mass_groups
@@ -160,7 +186,8 @@ def main() -> None:
             print(f"{'method':9} {'clicker':9} {'interactions':>12} {'local s':>8} {'remote s':>9} {'ratio':>6} "
                   f"{'overhead ms/interaction':>24}")  # fmt: skip
             for method, predictor in predictors(args.methods.split(",")).items():
-                for name, clicker in clickers.items():
+                for name in args.clickers.split(","):
+                    clicker = clickers[name]
                     config = dict(max_clicks=args.max_clicks, seed=0, **clicker)
                     readme_loop(
                         predictor, {**config, "max_clicks": 1}, dataset=local_ds
