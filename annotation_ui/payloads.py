@@ -11,7 +11,7 @@ import hashlib
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from collector.models import DisplayMode, Session, Study, Target
+from collector.models import DisplayMode, Session, Study, Target, Trial
 from collector.platforms import get_adapter
 from collector.services.presentations import trial_presented_attached
 from collector.services.stimuli import target_stimuli_ensure
@@ -110,6 +110,8 @@ def session_payload(*, session: Session, token: str) -> dict:
     for trial in trials:
         done = hasattr(trial, "click")
         item = {"position": trial.position, "done": done}
+        if trial.role == Trial.Role.PRACTICE:
+            item["practice"] = True  # labelled as practice; a control trial looks like any other (screens.py)
         if not done and running:
 
             def url_for(kind, name, position=trial.position):

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from collector.models import Session, Study, Target
 from collector.selectors.permissions import study_visible_or_404
 from collector.selectors.preview import preview_targets
+from collector.selectors.screens import study_screens
 from collector.services.link_workers import (
     link_worker_cookie,
     link_worker_cookie_name,
@@ -49,24 +50,29 @@ IMMUTABLE_CACHE = "private, max-age=31536000, immutable"
 STIMULUS_TYPES = {"webp": "image/webp", "png": "image/png", "jpg": "image/jpeg"}
 
 
-def _seconds(ms: int) -> str:
-    """Milliseconds as a short seconds string for instructions: 1500 -> "1.5", 2000 -> "2"."""
-    return f"{ms / 1000:.2f}".rstrip("0").rstrip(".")
-
-
 def player_context(*, study: Study, payload: dict, correction: bool) -> dict:
-    """Template context of the player page: the payload plus what the instructions print."""
+    """Template context of the player page: the payload plus its screens (consent, instructions, the end of
+    the practice: ``collector.selectors.screens``) in the request's language. The payload gets
+    ``screens`` (what the player reports with the client info: the language, and which texts it showed)."""
+    practice = sum(1 for trial in payload["trials"] if trial.get("practice"))
+    task_count = len(payload["trials"]) - practice
+    screens = study_screens(
+        study=study, trial_count=task_count, practice_count=practice, correction=correction
+    )
+    # A batch already under way (a reload) does not ask for consent again: the worker gave it on the first load.
+    consent = screens["consent"]["shown"] and not any(trial["done"] for trial in payload["trials"])
+    payload["screens"] = {
+        "language": screens["language"],
+        "consent": screens["consent"]["source"] if consent else "",
+        "instructions": screens["instructions"]["source"],
+        "practice": practice,
+    }
     return {
         "payload": payload,
         "study": study,
-        "display_mode": study.display_mode,
-        "correction": correction,
-        "trial_count": len(payload["trials"]),
-        "seconds": {
-            "image": _seconds(study.image_ms),
-            "target": _seconds(study.phase_b_ms()),
-            "blocked": _seconds(study.blocked_ms),
-        },
+        "screens": screens,
+        "show_consent": consent,
+        "task_count": task_count,
     }
 
 

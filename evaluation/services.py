@@ -392,11 +392,12 @@ def _size(instance_id: int) -> tuple[int, int]:
 def _replay_units(instance_ids: list[int]) -> list[list]:
     """One unit per valid real first-round click, per instance in order: [instance, "userJ", x, y]."""
     from collector.models import Click as RealClick
+    from collector.models import Trial
 
     by_instance: dict[int, list] = {}
     rows = (
         RealClick.objects.filter(trial__target__instance_id__in=instance_ids, trial__target__click_type="first",
-                                 is_valid=True)
+                                 trial__role=Trial.Role.TASK, is_valid=True)
         .order_by("received_at", "pk")
         .values_list("trial__target__instance_id", "x", "y")
     )  # fmt: skip

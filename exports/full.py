@@ -13,7 +13,13 @@ Columns (``FULL_SCHEMA`` order; times in ms, positions in canonical image pixels
   the session's), client_info (the session's raw client report, JSON)
 - session_status, session_validity, session_valid_clicks, session_quality_flags (JSON),
   session_rejection_reason, session_started_at, session_finished_at (UTC)
-- trial_id, position, phase_onsets_ms (JSON: presented rAF onsets, the first frame each phase was on
+- session_control_inside (control clicks inside their object; null without control trials),
+  session_control_passed (whether they met the study's rule), session_screens (JSON: what the worker was
+  shown before the batch, ``collector.selectors.screens``: ``language`` as the player reported it (null when
+  it did not), ``consent`` {shown, source "study" | "default", text, agreed_at}, ``instructions`` {source,
+  text}, ``practice_trials``, ``control_trials``; the texts as the study holds them, in that language)
+- trial_id, position, trial_role (``task``; ``practice`` and ``control`` trials are never data: they are not
+  in clicks.csv, and their ``counted`` is false), phase_onsets_ms (JSON: presented rAF onsets, the first frame each phase was on
   screen), scheduled_onsets_ms (JSON: the onsets the player scheduled), load_wait_ms (the trial's wait for
   its pictures before phase A), blocked_clicks, trial_flags (JSON)
 - target_id, dataset, image_stem, object_stem, click_type, model_type, model_id, model_variant,
@@ -44,7 +50,8 @@ from typing import Any
 from django.utils import timezone
 from tqdm import tqdm
 
-from collector.models import Session, Study
+from collector.models import Session, Study, Trial
+from collector.selectors.screens import study_screens
 from exports.manifest import FORMAT_VERSION, PARQUET_KEY, export_sources
 from exports.rclicks import pixel_index
 from exports.selectors import (
@@ -53,6 +60,7 @@ from exports.selectors import (
     export_targets,
     full_click_count,
     full_click_rows,
+    session_trial_counts,
     studies_for_export,
 )
 
@@ -83,8 +91,12 @@ FULL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("session_rejection_reason", "str"),
     ("session_started_at", "time"),
     ("session_finished_at", "time"),
+    ("session_control_inside", "int"),
+    ("session_control_passed", "bool"),
+    ("session_screens", "json"),
     ("trial_id", "int"),
     ("position", "int"),
+    ("trial_role", "str"),
     ("phase_onsets_ms", "json"),
     ("scheduled_onsets_ms", "json"),
     ("load_wait_ms", "float"),
@@ -199,18 +211,56 @@ def client_measurements(info: Any) -> tuple[float | None, float | None, float | 
     return width, height, _first(info, _DPR), _first(info, _REFRESH)
 
 
+def session_screens(*, study: Study, client_info: Any, round_number: int, trials: dict[str, int]) -> dict:
+    """The ``session_screens`` value: what a session's worker was shown before the batch (the texts the study
+    holds, in the language the player reported; the site's default language when it reported none)."""
+    info = client_info if isinstance(client_info, dict) else {}
+    reported = info.get("screens_language") if isinstance(info.get("screens_language"), str) else None
+    screens = study_screens(
+        study=study,
+        language=reported,
+        trial_count=trials.get("task", 0) + trials.get("control", 0),
+        practice_count=trials.get("practice", 0),
+        correction=round_number > 1,
+    )
+    return {
+        "language": reported,
+        "consent": {**screens["consent"], "agreed_at": info.get("consent_agreed_at")},
+        "instructions": {
+            "source": screens["instructions"]["source"],
+            "text": screens["instructions"]["text"],
+        },
+        "practice_trials": trials.get("practice", 0),
+        "control_trials": trials.get("control", 0),
+    }
+
+
 def _rows(*, study_ids: list[int], targets: dict[int, ExportTarget], progress: bool, total: int):
-    """Yield one dict per click, in :data:`COLUMN_NAMES` order."""
+    """Yield one dict per click, in :data:`COLUMN_NAMES` order. Memory: the targets, the studies and each
+    session's trial counts (one small dict per session), besides the row being written."""
+    studies = {study.pk: study for study in Study.objects.filter(pk__in=study_ids)}
+    trial_counts = session_trial_counts(study_ids=study_ids)
     counted_validity = Session.Validity.COUNTED
+    screens_of: tuple[int, dict] | None = None  # (session id, its screens): rows come session by session
     with tqdm(total=total, unit="click", desc="full export", file=sys.stderr, disable=not progress) as bar:
         for index, row in enumerate(full_click_rows(study_ids=study_ids), start=1):
             (click_id, study_id, round_number, session_id, pseudonym, device, platform_device, detected_device,
              user_agent, client_info, status, validity, valid_clicks, quality_flags, rejection_reason,
-             started_at, finished_at, trial_id, position, phase_onsets, scheduled_onsets, load_wait, blocked,
-             trial_flags, trial_refresh,
+             started_at, finished_at, control_inside, control_passed, trial_id, position, role, phase_onsets,
+             scheduled_onsets, load_wait, blocked, trial_flags, trial_refresh,
              target_id, x, y, shown_w, shown_h, pointer, reaction, event_ts, received_at, is_valid, distance,
              invalid_reason) = row  # fmt: skip
             target = targets[target_id]
+            if screens_of is None or screens_of[0] != session_id:
+                screens_of = (
+                    session_id,
+                    session_screens(
+                        study=studies[study_id],
+                        client_info=client_info,
+                        round_number=round_number,
+                        trials=trial_counts.get(session_id, {}),
+                    ),
+                )
             viewport_w, viewport_h, dpr, session_refresh = client_measurements(client_info)
             finite = math.isfinite(x) and math.isfinite(y)
             yield {
@@ -234,8 +284,12 @@ def _rows(*, study_ids: list[int], targets: dict[int, ExportTarget], progress: b
                 "session_rejection_reason": rejection_reason,
                 "session_started_at": started_at,
                 "session_finished_at": finished_at,
+                "session_control_inside": control_inside,
+                "session_control_passed": control_passed,
+                "session_screens": screens_of[1],
                 "trial_id": trial_id,
                 "position": position,
+                "trial_role": role,
                 "phase_onsets_ms": phase_onsets,
                 "scheduled_onsets_ms": scheduled_onsets,
                 "load_wait_ms": load_wait,
@@ -267,7 +321,7 @@ def _rows(*, study_ids: list[int], targets: dict[int, ExportTarget], progress: b
                 "is_valid": is_valid,
                 "distance_px": distance,
                 "invalid_reason": invalid_reason,
-                "counted": bool(is_valid) and validity == counted_validity,
+                "counted": bool(is_valid) and validity == counted_validity and role == Trial.Role.TASK,
             }
             if index % 4096 == 0:
                 bar.update(4096)

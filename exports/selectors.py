@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Q
 
-from collector.models import Click, Session, Study, Target
+from collector.models import Click, Session, Study, Target, Trial
 
 #: Rows fetched from the database per round trip when streaming clicks.
 CHUNK_SIZE = 5000
@@ -141,7 +141,8 @@ def export_targets(*, study_ids: list[int]) -> dict[int, ExportTarget]:
 
 
 def _clicks(*, study_ids: list[int], include_invalid: bool):
-    clicks = Click.objects.filter(trial__session__study_id__in=study_ids)
+    # practice and control trials are never data (collector.services.screens): not even with include_invalid
+    clicks = Click.objects.filter(trial__session__study_id__in=study_ids, trial__role=Trial.Role.TASK)
     if not include_invalid:
         clicks = clicks.filter(trial__session__validity=Session.Validity.COUNTED, is_valid=True)
     return clicks
@@ -197,8 +198,11 @@ FULL_FIELDS = (
     "trial__session__rejection_reason",
     "trial__session__started_at",
     "trial__session__finished_at",
+    "trial__session__control_inside",
+    "trial__session__control_passed",
     "trial_id",
     "trial__position",
+    "trial__role",
     "trial__phase_onsets_ms",
     "trial__scheduled_onsets_ms",
     "trial__load_wait_ms",
@@ -218,6 +222,22 @@ FULL_FIELDS = (
     "distance_px",
     "invalid_reason",
 )
+
+
+def session_trial_counts(*, study_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Per session id of the studies, its trials by role (``{"task": n, "practice": n, "control": n}``): what
+    the screens before the batch said (the instructions count the trials after the practice ones). One row
+    per session in memory."""
+    counts: dict[int, dict[str, int]] = {}
+    rows = (
+        Trial.objects.filter(session__study_id__in=study_ids)
+        .values("session_id", "role")
+        .annotate(n=Count("id"))
+        .values_list("session_id", "role", "n")
+    )
+    for session_id, role, n in rows:
+        counts.setdefault(session_id, {role: 0 for role in Trial.Role.values})[role] = n
+    return counts
 
 
 def full_click_count(*, study_ids: list[int]) -> int:

@@ -73,6 +73,16 @@ class Session(models.Model):
     platform_assignment_id = models.CharField(max_length=200, blank=True, default="", db_index=True)
     platform_batch_id = models.CharField(max_length=200, blank=True, default="")
     platform_state = models.JSONField(default=dict, blank=True)
+    control_inside = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Control clicks inside their object (issue 32 item 5); None: the batch had no control trials.",
+    )
+    control_passed = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Whether the control trials met the study's rule (None: no control trials, or not validated yet).",
+    )
     is_qualification = models.BooleanField(
         default=False,
         help_text=(
@@ -99,9 +109,19 @@ class Trial(models.Model):
     clock); ``scheduled_onsets_ms``: the onsets the player scheduled (same clock); ``load_wait_ms``: how
     long the trial waited for its pictures before phase A; ``flags``: reasons the trial is invalid."""
 
+    class Role(models.TextChoices):
+        """What a trial is for (issue 32 item 5). Only ``task`` trials are data: practice and control trials
+        take no quota slot, never count toward a quota and stay out of the RClicks export and the next
+        rounds; the full export keeps them."""
+
+        TASK = "task"
+        PRACTICE = "practice", "practice (never data)"
+        CONTROL = "control", "control (known answer, decides whether the batch counts)"
+
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="trials")
     target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="trials")
     position = models.PositiveSmallIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.TASK)
     phase_onsets_ms = models.JSONField(default=dict, blank=True)
     scheduled_onsets_ms = models.JSONField(
         default=dict, blank=True, help_text="Onsets the player scheduled (phase_onsets_ms: as presented)."

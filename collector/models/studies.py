@@ -39,6 +39,34 @@ class CorrectiveInit(models.TextChoices):
     FIRST_CLICK = "first_click", "The worker's first click"
 
 
+#: Longest consent or instructions text a study may give per language (characters).
+SCREEN_TEXT_MAX_CHARS = 5000
+#: Most practice and control trials a batch may hold.
+SCREEN_TRIALS_MAX = 5
+
+
+def validate_screen_texts(value) -> None:
+    """A study's consent or instructions texts: ``{language code: text}`` for languages the site serves
+    (``settings.LANGUAGES``), each text at most ``SCREEN_TEXT_MAX_CHARS`` characters. An empty text (or a
+    language left out) shows the shipped default in that language."""
+    codes = [code for code, _ in settings.LANGUAGES]
+    if not isinstance(value, dict):
+        raise ValidationError(
+            f'must be an object of language code to text, e.g. {{"en": "...", "ru": "..."}}; got {value!r:.60}.'
+        )
+    for code, text in value.items():
+        if code not in codes:
+            raise ValidationError(
+                f"language {code!r} is not one the site serves; use one of {', '.join(codes)} (settings.LANGUAGES)."
+            )
+        if not isinstance(text, str):
+            raise ValidationError(f"the {code!r} text must be a string, not {type(text).__name__}.")
+        if len(text) > SCREEN_TEXT_MAX_CHARS:
+            raise ValidationError(
+                f"the {code!r} text has {len(text)} characters; shorten it to at most {SCREEN_TEXT_MAX_CHARS}."
+            )
+
+
 def validate_segmenter_key(value: str) -> None:
     """A study's next-round segmenter must be one the site can run: ``embedded``, a key of
     ``settings.SEGMENTER_CHECKPOINTS``, a predictor name or ``predictor:variant`` (segmenters/checkpoints.py)."""
@@ -180,6 +208,46 @@ class Study(models.Model):
             "on a good click (docs/corrective.md)."
         ),
     )
+    # --- the screens a worker sees (issue 32 item 5): consent, instructions, practice and control trials ---
+    consent_enabled = models.BooleanField(
+        default=False,
+        help_text="Timed studies: a consent screen before the instructions; the batch starts only after “I agree”.",
+    )
+    consent_texts = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_screen_texts],
+        help_text='Consent text per language ({"en": ..., "ru": ...}); a language without one shows the default.',
+    )
+    instructions_texts = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_screen_texts],
+        help_text=(
+            'Instructions per language ({"en": ..., "ru": ...}); a language without one shows the default '
+            "steps for the display mode and timings."
+        ),
+    )
+    practice_trials = models.PositiveSmallIntegerField(
+        default=0,
+        validators=[MaxValueValidator(SCREEN_TRIALS_MAX)],
+        help_text=(
+            "Timed studies: practice trials at the start of a worker's first batch, with the study's own phases; "
+            "never data (no quota, not in the RClicks export)."
+        ),
+    )
+    control_trials = models.PositiveSmallIntegerField(
+        default=0,
+        validators=[MaxValueValidator(SCREEN_TRIALS_MAX)],
+        help_text=(
+            "Timed studies: control trials mixed into every batch (objects with known masks, as Toloka's control "
+            "tasks); never data, but they decide whether the batch counts."
+        ),
+    )
+    control_min_inside = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="Control clicks of a batch that must land inside their object for the batch to count.",
+    )
     platform = models.CharField(max_length=20, choices=Platform.choices, default=Platform.LINK)
     platform_config = models.JSONField(default=dict, blank=True)
     reward_per_batch = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal("0.02"))
@@ -286,6 +354,20 @@ class Target(models.Model):
 
     def __str__(self) -> str:
         return self.full_stem
+
+    @property
+    def display_name(self) -> str:
+        """A name for people (the pages), from the explicit columns, never by cutting ``full_stem`` apart:
+        ``coins · coin-left`` for a first click, ``coins · coin-left · fn of sam (pc click 3)`` for a
+        correction. Files keep ``full_stem`` (the RClicks key). Reads ``instance.image``: select it."""
+        instance = self.instance
+        name = instance.image.stem + (f" · {instance.object_stem}" if instance.object_stem else "")
+        if self.click_type == self.ClickType.FIRST:
+            return name
+        name += f" · {self.click_type}" + (f" of {self.model_type}" if self.model_type else "")
+        if self.source_device and self.source_index is not None:
+            name += f" ({self.source_device} click {self.source_index})"
+        return name
 
     def valid_for(self, device: str) -> int:
         return self.valid_pc if device == "pc" else self.valid_mobile

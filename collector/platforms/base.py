@@ -117,6 +117,11 @@ class PlatformAdapter:
 
     # -- researcher side --------------------------------------------------------------------------
 
+    def launch_problems(self, *, study) -> list[str]:
+        """Rules of the platform the study's settings break, one sentence each naming the setting (the launch
+        refuses the study then); [] when it may launch."""
+        return []
+
     def check_credentials(self) -> dict:
         """A cheap authenticated call; returns what the platform says about the account."""
         return {}

@@ -42,6 +42,15 @@ DEVICE_CATEGORIES = {"pc": "PERSONAL_COMPUTER", "mobile": "SMARTPHONE"}
 _BATCH_SALT = "clicklab.toloka.batch.v1"
 #: Codes look like ``123-K4QZ7M2XAB`` (collector.services.codes); the view checks the shape only.
 CODE_PATTERN = r"^[0-9]+-[A-Z2-7]{10}$"
+#: Toloka pays in US dollars: a pool's ``reward_per_assignment`` is a number of dollars (issue 32 item 6).
+CURRENCY = "USD"
+#: Time a Toloka assignment leaves beyond our session's timeout: the assignment's clock starts when the worker
+#: takes the task on Toloka (before our session starts), and after the batch the worker still has to paste the
+#: completion code into Toloka's form and submit it. A worker who finishes a batch just before it expires has
+#: this long for that.
+SUBMIT_ALLOWANCE_S = 600
+#: The least of it a study's own ``platform_config["assignment_max_duration_s"]`` must leave.
+SUBMIT_ALLOWANCE_MIN_S = 120
 
 CLASSIC_MARKUP = """\
 <div class="clicklab-task">
@@ -175,6 +184,14 @@ def _call(what: str, fn, *args, **kwargs):
 # what we send
 
 
+def assignment_time_limit_s(*, study) -> int:
+    """The pools' ``assignment_max_duration_seconds``: the session timeout plus ``SUBMIT_ALLOWANCE_S``, or the
+    study's ``platform_config["assignment_max_duration_s"]`` when set (``launch_problems`` checks it leaves
+    ``SUBMIT_ALLOWANCE_MIN_S``)."""
+    config = study.platform_config or {}
+    return int(config.get("assignment_max_duration_s", study.session_timeout_s + SUBMIT_ALLOWANCE_S))
+
+
 def fast_submit_threshold_s(*, study) -> int:
     """90% of the shortest possible batch: every trial shows phases A, B and C before a click counts."""
     per_trial_ms = study.image_ms + study.phase_b_ms() + study.blocked_ms
@@ -259,7 +276,7 @@ def pool_build(
         private_name=f"{study.name} [{device}]"[:200],
         may_contain_adult_content=False,
         reward_per_assignment=float(reward),
-        assignment_max_duration_seconds=int(config.get("assignment_max_duration_s", study.session_timeout_s)),
+        assignment_max_duration_seconds=assignment_time_limit_s(study=study),
         will_expire=timezone.now() + timedelta(days=int(config.get("pool_days", 30))),
         auto_accept_solutions=False,
         auto_accept_period_day=int(config.get("review_days", 7)),
@@ -292,6 +309,26 @@ class TolokaAdapter(PlatformAdapter):
 
     def make_client(self):
         return toloka_client()
+
+    def launch_problems(self, *, study) -> list[str]:
+        """Toloka's rules a study breaks: a currency other than Toloka's, or an assignment time limit that
+        leaves the worker too little time to submit the code after the session's end."""
+        problems = []
+        if study.currency != CURRENCY:
+            problems.append(
+                f"currency: Toloka pays workers in {CURRENCY}, and study {study.pk} is in {study.currency} (Toloka "
+                f"would read the reward {study.reward_per_batch} as dollars); create the study in {CURRENCY} with "
+                "the reward converted at the rate you choose."
+            )
+        limit = assignment_time_limit_s(study=study)
+        if limit < study.session_timeout_s + SUBMIT_ALLOWANCE_MIN_S:
+            problems.append(
+                f"platform_config.assignment_max_duration_s: {limit} s leaves a worker whose batch ends at the "
+                f"session timeout ({study.session_timeout_s} s) no time to submit the completion code on Toloka; "
+                f"use at least {study.session_timeout_s + SUBMIT_ALLOWANCE_MIN_S} s, or remove it for the default "
+                f"({study.session_timeout_s + SUBMIT_ALLOWANCE_S} s)."
+            )
+        return problems
 
     # -- worker side ------------------------------------------------------------------------------
 

@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import math
+import re
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.core.validators import RegexValidator
 
-from collector.models import Study
+from collector.models import Dataset, Image, Study
+from collector.models.studies import SCREEN_TEXT_MAX_CHARS, StudyKind
 from collector.selectors.segmenters import segmenter_options
-from collector.services.study_rules import STUDY_RULES
+from collector.services.study_rules import (
+    KIND_ONLY_FIELDS,
+    SCREEN_FIELDS,
+    STUDY_RULES,
+    fields_not_for_kind,
+    study_values_for_kind,
+)
 
 #: The corrective-campaign fields (their own fieldset in the form), last in the study's field list.
-CORRECTIVE_FORM_FIELDS = (
-    "kind",
-    "corrective_init",
-    "corrective_rounds",
-    "corrective_clicks_per_round",
-    "qualification_enabled",
-    "qualification_instances",
-    "qualification_min_placement",
-    "qualification_min_gain",
-)
+CORRECTIVE_FORM_FIELDS = ("kind", *KIND_ONLY_FIELDS[StudyKind.CORRECTIVE])
+#: The screens a worker sees before a timed batch (issue 32 item 5). The form shows the two texts as one box
+#: per language (``consent_text_<code>``, ``instructions_text_<code>``); the API takes them as objects.
+SCREEN_FORM_FIELDS = SCREEN_FIELDS
+SCREEN_TEXT_FIELDS = ("consent_texts", "instructions_texts")
+DEFAULTED_SCREEN_FIELDS = ("practice_trials", "control_trials", "control_min_inside")
+#: RClicks' batch: 10 trials, a batch counting with 7 valid clicks. A smaller dataset gets a smaller default
+#: batch (a batch never shows an image twice) with the same share of valid clicks, rounded up.
+RCLICKS_BATCH_SIZE = 10
+RCLICKS_VALID_SHARE = 0.7
 STUDY_FORM_FIELDS = (
     "name",
     "dataset",
@@ -41,8 +51,31 @@ STUDY_FORM_FIELDS = (
     "reward_per_batch",
     "currency",
     "next_round_segmenter",
+    *SCREEN_FORM_FIELDS,
     *CORRECTIVE_FORM_FIELDS,
 )
+
+
+def batch_defaults(*, images: int, screen_trials: int = 0) -> dict[str, int]:
+    """The batch a dataset with ``images`` images with objects can give (``screen_trials`` practice and
+    control trials take images of their own): RClicks' 10 trials when it has them, else as many as there
+    are, and the valid clicks it needs in RClicks' share, rounded up (10 → 7, 5 → 4, 3 → 3)."""
+    batch = max(1, min(RCLICKS_BATCH_SIZE, images - screen_trials))
+    return {"batch_size": batch, "min_valid_per_session": math.ceil(RCLICKS_VALID_SHARE * batch - 1e-9)}
+
+
+def dataset_images(dataset: Dataset) -> int:
+    """Images of ``dataset`` with at least one object (what a batch is drawn from)."""
+    return Image.objects.filter(dataset=dataset, instances__isnull=False).distinct().count()
+
+
+def _languages() -> list[tuple[str, str]]:
+    return [(code, str(name)) for code, name in settings.LANGUAGES]
+
+
+def screen_text_field(field: str, code: str) -> str:
+    """The form field of one language's text: ``consent_text_en`` for (``consent_texts``, ``en``)."""
+    return f"{field.removesuffix('s')}_{code}"
 
 
 class PlatformSettingsForm(forms.Form):
@@ -147,11 +180,15 @@ class PlatformSettingsForm(forms.Form):
 
 
 class StudyForm(forms.ModelForm):
-    """Every setting a researcher chooses before publishing; labels say the units."""
+    """Every setting a researcher chooses before publishing; labels say the units.
+
+    Only the chosen kind's settings apply (``collector.services.study_rules.KIND_ONLY_FIELDS``): the page
+    shows only them, and those of the other kind are not validated and keep their model defaults. An unbound
+    form starts with the batch the first dataset can give (``batch_defaults``)."""
 
     class Meta:
         model = Study
-        fields = STUDY_FORM_FIELDS
+        fields = tuple(name for name in STUDY_FORM_FIELDS if name not in SCREEN_TEXT_FIELDS)
         labels = {
             "image_ms": "Phase A: image (ms)",
             "target_ms": "Phase B: target (ms)",
@@ -174,10 +211,34 @@ class StudyForm(forms.ModelForm):
             "qualification_instances": "Qualification: instances in the test",
             "qualification_min_placement": "Qualification: least share of well-placed clicks (0-1)",
             "qualification_min_gain": "Qualification: least IoU gain per click",
+            "consent_enabled": "Consent screen before the instructions",
+            "practice_trials": "Practice trials (first batch of a worker)",
+            "control_trials": "Control trials per batch",
+            "control_min_inside": "Control clicks a batch needs inside",
         }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        for field, what in (("consent_texts", "Consent text"), ("instructions_texts", "Instructions")):
+            for code, language in _languages():
+                self.fields[screen_text_field(field, code)] = forms.CharField(
+                    label=f"{what} ({language})",
+                    required=False,
+                    max_length=SCREEN_TEXT_MAX_CHARS,
+                    widget=forms.Textarea(attrs={"rows": 3}),
+                    help_text=(
+                        f"Plain text; a blank line starts a paragraph. Empty: the default {what.lower()} in "
+                        f"{language}."
+                    ),
+                )
+        if not self.is_bound:
+            first = Dataset.objects.order_by("name").first()
+            if first is not None:
+                for name, value in batch_defaults(images=dataset_images(first)).items():
+                    self.initial.setdefault(name, value)
+        # The other kind's settings are not asked for (the page hides them; clean() restores their defaults).
+        for name in self.hidden_fields_for_kind():
+            self.fields[name].required = False
         # The site's checkpoints are configuration (SEGMENTER_CHECKPOINTS), so the choices are read per form.
         field = self.fields["next_round_segmenter"]
         self.fields["next_round_segmenter"] = forms.ChoiceField(
@@ -190,9 +251,55 @@ class StudyForm(forms.ModelForm):
             ),
         )
 
-        # The campaign settings (issue 17) keep their model defaults when a form leaves them out.
-        for name in CORRECTIVE_FORM_FIELDS:
+        # The campaign settings (issue 17) and the screens (issue 32) keep their model defaults when a form
+        # leaves them out.
+        for name in (*CORRECTIVE_FORM_FIELDS, *DEFAULTED_SCREEN_FIELDS):
             self.fields[name].required = False
+
+    @property
+    def kind_value(self) -> str:
+        """The kind the form is filled in for: the posted one, else the initial one, else timed."""
+        raw = self.data.get("kind") if self.is_bound else self.initial.get("kind")
+        return raw if raw in StudyKind.values else StudyKind.TIMED
+
+    def hidden_fields_for_kind(self) -> list[str]:
+        """Form fields of the settings the chosen kind does not use (the screen texts by language)."""
+        names = []
+        for name in fields_not_for_kind(self.kind_value):
+            if name in SCREEN_TEXT_FIELDS:
+                names += [screen_text_field(name, code) for code, _ in _languages()]
+            elif name in self.fields:
+                names.append(name)
+        return names
+
+    def screen_text_fields(self) -> list:
+        """The bound per-language text fields, consent texts first, in the order of ``settings.LANGUAGES``."""
+        return [
+            self[screen_text_field(field, code)] for field in SCREEN_TEXT_FIELDS for code, _ in _languages()
+        ]
+
+    def study_fields(self) -> dict:
+        """The cleaned settings as ``study_create`` takes them (Study fields, but name and dataset)."""
+        return {
+            name: self.cleaned_data[name]
+            for name in STUDY_FORM_FIELDS
+            if name not in {"name", "dataset"} and name in self.cleaned_data
+        }
+
+    def error_summary(self) -> list[dict]:
+        """Every error for the summary at the top of the page: ``{"id", "text"}`` (``id`` the field's
+        element, "" for an error of the whole form), in the order of the fields. A message that does not name
+        its field already (the rules' messages start with the label, without its unit) is prefixed with the
+        field's label."""
+        items = [{"id": "", "text": str(error)} for error in self.non_field_errors()]
+        for field in self:
+            named = re.sub(r"\s*\([^)]*\)$", "", str(field.label))
+            for error in field.errors:
+                text = str(error)
+                if not text.startswith(named):
+                    text = f"{field.label}: {text}"
+                items.append({"id": field.id_for_label, "text": text})
+        return items
 
     def clean_kind(self):
         return self.cleaned_data.get("kind") or Study._meta.get_field("kind").get_default()
@@ -221,13 +328,38 @@ class StudyForm(forms.ModelForm):
     def clean_qualification_min_gain(self):
         return self._defaulted("qualification_min_gain")
 
+    def clean_practice_trials(self):
+        return self._defaulted("practice_trials")
+
+    def clean_control_trials(self):
+        return self._defaulted("control_trials")
+
+    def clean_control_min_inside(self):
+        return self._defaulted("control_min_inside")
+
     def clean(self):
-        """Each rule of ``collector.services.study_rules.STUDY_RULES`` (one function per rule, checked
-        against the chosen dataset) adds its messages to the field at fault; a field with an error leaves
-        ``cleaned_data``, so later rules do not judge it again."""
+        """The other kind's settings get their model defaults back (whatever was posted, and without their
+        errors); the screen texts are gathered by language. Then each rule of
+        ``collector.services.study_rules.STUDY_RULES`` (one function per rule, checked against the chosen
+        dataset) adds its messages to the field at fault; a field with an error leaves ``cleaned_data``, so
+        later rules do not judge it again."""
         cleaned = super().clean()
+        hidden = self.hidden_fields_for_kind()
+        model_fields = {field.name for field in Study._meta.concrete_fields}
+        for name in hidden:
+            self._errors.pop(name, None)
+            if name in model_fields:
+                cleaned[name] = Study._meta.get_field(name).get_default()
+        for field in SCREEN_TEXT_FIELDS:
+            texts = {}
+            for code, _language in _languages():
+                text = (cleaned.pop(screen_text_field(field, code), "") or "").strip()
+                if text and screen_text_field(field, code) not in hidden:
+                    texts[code] = text
+            cleaned[field] = texts
+        values = study_values_for_kind(cleaned)
         for rule in STUDY_RULES:
-            for field, message in rule(cleaned, cleaned.get("dataset")):
+            for field, message in rule(values, cleaned.get("dataset")):
                 if field in cleaned:
                     self.add_error(field, message)
         return cleaned

@@ -55,6 +55,11 @@ urlpatterns = [
     path("studies/<int:study_id>/sessions/", views.session_list, name="session_list"),
     path("studies/<int:study_id>/sessions/<int:session_id>/", views.session_detail, name="session_detail"),
     path(
+        "studies/<int:study_id>/sessions/<int:session_id>/trials/<int:position>.png",
+        views.session_trial_picture,
+        name="session_trial_picture",
+    ),
+    path(
         "studies/<int:study_id>/sessions/<int:session_id>/review/",
         views.session_review,
         name="session_review",

@@ -20,7 +20,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from collector.models import Dataset, DisplayMode, Instance, PlatformCampaign, Round, Session, Target
+from collector.models import Dataset, DisplayMode, Instance, PlatformCampaign, Round, Session, Target, Trial
 from collector.models.studies import Platform, Study
 from collector.platforms import PlatformError, get_adapter
 from collector.selectors import budget as budget_selectors
@@ -40,7 +40,14 @@ from collector.services import studies as study_services
 from collector.services.validation import ValidationError as MaskMissing
 
 from .access import changeable_study_or_403, researcher_json, researcher_required
-from .forms import PlatformSettingsForm, StudyForm
+from .forms import (
+    RCLICKS_BATCH_SIZE,
+    RCLICKS_VALID_SHARE,
+    PlatformSettingsForm,
+    StudyForm,
+    batch_defaults,
+    dataset_images,
+)
 
 #: How often the study page and the study list ask for fresh numbers (see ``study_live``).
 LIVE_POLL_MS = 5000
@@ -83,17 +90,21 @@ def study_list_live(request):
 
 
 def _dataset_choices() -> list[dict]:
-    """For the form's preview: each dataset's instance count and a sample instance."""
+    """For the form's preview and defaults: each dataset's instance count, its images with objects, the batch
+    it can give without screen trials (``forms.batch_defaults``) and a sample instance."""
     rows = []
     for dataset in Dataset.objects.annotate(n_instances=Count("images__instances")).order_by("name"):
         sample = (
             Instance.objects.filter(image__dataset=dataset).order_by("image__stem", "object_stem").first()
         )
+        images = dataset_images(dataset)
         rows.append(
             {
                 "id": dataset.pk,
                 "name": dataset.name,
                 "instances": dataset.n_instances,
+                "images": images,
+                "defaults": batch_defaults(images=images),
                 "sample_instance": sample.pk if sample else None,
             }
         )
@@ -105,13 +116,12 @@ def study_create(request):
     chosen = request.GET.get("dataset", "")  # "New study" from a dataset or an import's result
     form = StudyForm(request.POST or None, initial={"dataset": int(chosen)} if chosen.isdigit() else None)
     if request.method == "POST" and form.is_valid():
-        fields = {name: value for name, value in form.cleaned_data.items() if name not in {"name", "dataset"}}
         try:
             study = study_services.study_create(
                 name=form.cleaned_data["name"],
                 dataset=form.cleaned_data["dataset"],
                 owner=request.user,
-                **fields,
+                **form.study_fields(),
             )
         except ValidationError as error:
             form.add_error(None, error)
@@ -124,6 +134,7 @@ def study_create(request):
         {
             "form": form,
             "datasets_data": _dataset_choices(),
+            "batch_rule_data": {"batch_size": RCLICKS_BATCH_SIZE, "valid_share": RCLICKS_VALID_SHARE},
         },
     )
 
@@ -464,6 +475,22 @@ def session_detail(request, study_id: int, session_id: int):
         raise Http404(f"session {session_id} is not part of study {study.pk}") from None
     detail.update({"study": study, "can_change": user_can_change_study(request.user, study)})
     return render(request, "researcher/session_detail.html", detail)
+
+
+@researcher_required
+@require_GET
+def session_trial_picture(request, study_id: int, session_id: int, position: int):
+    """PNG of one trial of a session (``pictures.trial_picture``): its image, the region outlined, the click.
+    Researchers who may see the study only; the picture shows the ground truth, so never to annotators."""
+    study = study_visible_or_404(user=request.user, study_id=study_id)
+    try:
+        trial = pictures.session_trial_get(study=study, session_id=session_id, position=position)
+    except Trial.DoesNotExist:
+        raise Http404(
+            f"session {session_id} of study {study.pk} has no trial at position {position}"
+        ) from None
+    png = pictures.trial_picture(trial=trial, radius_fraction=study.radius_fraction)
+    return HttpResponse(png, content_type="image/png", headers=PNG_HEADERS)
 
 
 @researcher_required

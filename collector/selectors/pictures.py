@@ -1,7 +1,8 @@
 """Pictures of study data: load the files and rows a chart needs and hand them to ``collector.charts``.
 
-Also renders the researcher-only phase-B preview of one instance in a display mode (the player renders
-the real stimuli; this is a quick approximation for the study form).
+Also renders the researcher-only phase-B preview of one instance in a display mode for the study form (the
+player's own rendering, at preview size), and each session trial's picture for the session page: the image,
+the region the click was judged against outlined, and the click.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from PIL import Image as PILImage
 from PIL import ImageDraw
 
 from collector import charts
-from collector.models import DisplayMode, Instance, Study, Target
+from collector.models import DisplayMode, Instance, Study, Target, Trial
 from collector.selectors import targets as target_selectors
 from collector.selectors import timing
+from collector.services.stimuli import render_target_picture
 
 CHART_KINDS = ("reaction-times", "phase-timing", "devices")
 PREVIEW_MAX_SIDE_PX = 640
@@ -53,7 +55,7 @@ def target_heatmap(*, target: Target) -> bytes:
             > 127
         )
     clicks = target_selectors.target_clicks(target=target)
-    title = f"{target.full_stem} · round {target.round.number} · {target.click_type}"
+    title = f"{target.display_name} · round {target.round.number}"
     return charts.target_heatmap_png(image=image, region=region, clicks=clicks, title=title)
 
 
@@ -88,9 +90,11 @@ def _shrink(array: np.ndarray) -> np.ndarray:
 
 
 def instance_phase_b_preview(*, instance: Instance, display_mode: str) -> bytes:
-    """PNG approximating phase B of a trial for ``instance`` in ``display_mode`` (a DisplayMode value):
-    the cut-out on grey, the cut-out moved to the centre, the white silhouette, the image dimmed outside
-    the object, or the text description. At most PREVIEW_MAX_SIDE_PX on the long side."""
+    """PNG of phase B of a trial for ``instance`` in ``display_mode`` (a DisplayMode value), drawn by the
+    player's own rendering (``collector.services.stimuli.render_target_picture``: the cut-out on grey, the
+    cut-out moved to the top-left corner, the white silhouette, the image with the object outlined in green),
+    or the text description on grey. At most PREVIEW_MAX_SIDE_PX on the long side; the outline's width
+    follows the picture's size as in the player."""
     if display_mode not in DisplayMode.values:
         raise ValueError(
             f"display mode {display_mode!r} is unknown; use one of {', '.join(DisplayMode.values)}."
@@ -106,26 +110,14 @@ def instance_phase_b_preview(*, instance: Instance, display_mode: str) -> bytes:
             )
             > 127
         )
-    grey = np.full_like(image, 128)
-    if display_mode == DisplayMode.OBJECT_CUTOUT:
-        out = np.where(mask[..., None], image, grey)
-    elif display_mode == DisplayMode.SHIFTED_CUTOUT:
-        out = grey.copy()
-        rows, cols = np.nonzero(mask)
-        if rows.size:
-            dy = image.shape[0] // 2 - int((rows.min() + rows.max()) // 2)
-            dx = image.shape[1] // 2 - int((cols.min() + cols.max()) // 2)
-            out[rows + dy, cols + dx] = image[rows, cols]
-    elif display_mode == DisplayMode.SILHOUETTE_MASK:
-        out = np.repeat(np.where(mask, 255, 0).astype(np.uint8)[..., None], 3, axis=2)
-    elif display_mode == DisplayMode.HIGHLIGHTED_INSTANCE:
-        out = np.where(mask[..., None], image, (image * 0.3).astype(np.uint8))
-    else:
+    if display_mode == DisplayMode.TEXT_DESCRIPTION:
         text = instance.text_description or instance.category or "(no text description for this object)"
-        canvas = PILImage.fromarray(grey)
+        canvas = PILImage.fromarray(np.full_like(image, 128))
         draw = ImageDraw.Draw(canvas)
         draw.multiline_text((16, image.shape[0] // 2 - 10), _wrap(text, width=48), fill=(255, 255, 255))
         out = np.asarray(canvas)
+    else:
+        out = render_target_picture(display=np.ascontiguousarray(image), region=mask, mode=display_mode)
     buffer = io.BytesIO()
     PILImage.fromarray(np.ascontiguousarray(out, dtype=np.uint8)).save(buffer, format="PNG")
     return buffer.getvalue()
@@ -141,3 +133,51 @@ def _wrap(text: str, *, width: int) -> str:
             line = f"{line} {word}".strip()
     lines.append(line)
     return "\n".join(lines)
+
+
+#: Long side of a session page's trial picture (px).
+TRIAL_PICTURE_MAX_SIDE_PX = 480
+#: Click marker colours: valid (the researcher pages' pc blue), invalid (their red), not judged yet (amber).
+CLICK_RGB = {True: (31, 119, 180), False: (214, 39, 40), None: (255, 191, 0)}
+
+
+def session_trial_get(*, study: Study, session_id: int, position: int) -> Trial:
+    """One trial of a session of ``study``, with its target's instance and image and its click (if any);
+    raises ``Trial.DoesNotExist`` for a trial of another study's session."""
+    return Trial.objects.select_related("target__instance__image", "target__round", "click", "session").get(
+        session_id=session_id, session__study=study, position=position
+    )
+
+
+def trial_picture(*, trial: Trial, radius_fraction: float) -> bytes:
+    """PNG of one trial for the session page: the trial's image with the region its click was judged
+    against outlined in green, as the player's Highlighted Instance draws it (the object for a first click,
+    the error region for a correction), and the click: a dot, blue when valid, red when not, amber before
+    the validation, inside a ring of the click radius (``radius_fraction`` of the image diagonal). At most
+    ``TRIAL_PICTURE_MAX_SIDE_PX`` on the long side; researchers only (the view checks the login)."""
+    image_row = trial.target.instance.image
+    image = _canonical(_read_rgb(image_row.file), width=image_row.width, height=image_row.height)
+    region = _read_mask(target_selectors.target_region_file(target=trial.target))
+    scale = min(1.0, TRIAL_PICTURE_MAX_SIDE_PX / max(image_row.width, image_row.height))
+    size = (max(1, round(image_row.width * scale)), max(1, round(image_row.height * scale)))
+    shown = np.asarray(PILImage.fromarray(image).resize(size, PILImage.Resampling.BILINEAR))
+    picture = PILImage.fromarray(region.astype(np.uint8) * 255)
+    shown_region = np.asarray(picture.resize(size, PILImage.Resampling.BOX)) >= 128
+    outlined = render_target_picture(
+        display=shown, region=shown_region, mode=DisplayMode.HIGHLIGHTED_INSTANCE
+    )
+    canvas = PILImage.fromarray(np.ascontiguousarray(outlined))
+    click = getattr(trial, "click", None)
+    if click is not None:
+        draw = ImageDraw.Draw(canvas)
+        x, y = click.x * scale, click.y * scale
+        ring = radius_fraction * image_row.diagonal_px * scale
+        colour = CLICK_RGB[click.is_valid]
+        if ring >= 2:
+            draw.ellipse((x - ring, y - ring, x + ring, y + ring), outline=(255, 255, 255), width=1)
+        dot = max(4.0, max(size) / 80)
+        draw.ellipse((x - dot - 1.5, y - dot - 1.5, x + dot + 1.5, y + dot + 1.5), fill=(0, 0, 0))
+        draw.ellipse((x - dot, y - dot, x + dot, y + dot), fill=colour, outline=(255, 255, 255), width=2)
+    buffer = io.BytesIO()
+    canvas.save(buffer, format="PNG")
+    return buffer.getvalue()

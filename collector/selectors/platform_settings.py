@@ -11,7 +11,7 @@ from django.conf import settings
 
 from collector.models import PlatformCampaign
 from collector.models.studies import Platform, Study
-from collector.platforms import get_adapter
+from collector.platforms import get_adapter, toloka
 from collector.platforms.prolific import external_study_url
 
 
@@ -125,9 +125,37 @@ def _toloka(study: Study, config: dict, campaign: PlatformCampaign | None) -> li
         _row("task_suites_per_pool", "Task suites per pool", config.get("task_suites_per_pool", 1)),
         _row("pool_days", "Pools open for", _days(config, "pool_days", 30)),
         _row("review_days", "Accepted by Toloka after", _days(config, "review_days", 7)),
-        _batch_time(study, config),
+        _toloka_time_limit(study, config),
+        _row(
+            "currency",
+            "Currency of the reward",
+            study.currency,
+            ""
+            if study.currency == toloka.CURRENCY
+            else f"Toloka pays in {toloka.CURRENCY} and would read {study.reward_per_batch} as dollars; the launch "
+            "refuses the study.",
+        ),
     ]
     return rows
+
+
+def _toloka_time_limit(study: Study, config: dict) -> dict:
+    """Toloka's assignment time limit: the session's timeout and the time left to submit the code."""
+    limit = toloka.assignment_time_limit_s(study=study)
+    spare = limit - study.session_timeout_s
+    problem = ""
+    if spare < toloka.SUBMIT_ALLOWANCE_MIN_S:
+        problem = (
+            f"A worker whose batch ends at the session timeout has {max(spare, 0)} s to submit the code; the "
+            f"launch refuses less than {toloka.SUBMIT_ALLOWANCE_MIN_S} s."
+        )
+    source = "" if "assignment_max_duration_s" in config else " (default)"
+    return _row(
+        "assignment_max_duration_s",
+        "Time a worker has for the Toloka task",
+        f"{limit} s{source}: the batch's {study.session_timeout_s} s, then {spare} s to submit the code",
+        problem,
+    )
 
 
 def _mturk(study: Study, config: dict, campaign: PlatformCampaign | None) -> list[dict]:

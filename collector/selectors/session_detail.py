@@ -46,8 +46,8 @@ def study_sessions(*, study: Study, show: str = "") -> QuerySet[Session]:
 def session_detail(*, study: Study, session_id: int) -> dict:
     """Everything the session page shows. Raises ``Session.DoesNotExist`` for a session of another study.
 
-    ``{"session", "trials": [{position, target, phases_ms {A,B,C}, presentations, flags, blocked_clicks,
-    click (or None)}], "reviews": [SessionReview, newest first], "submission": PlatformSubmission | None,
+    ``{"session", "trials": [{position, role, target, phases_ms {A,B,C}, presentations, flags, blocked_clicks,
+    click (or None)}], "task_trials", "control_trials" (counts by role), "reviews": [SessionReview, newest first], "submission": PlatformSubmission | None,
     "payment": paid | owed | unpaid}``."""
     session = Session.objects.select_related("worker", "round", "study").get(pk=session_id, study=study)
     trials = []
@@ -59,6 +59,7 @@ def session_detail(*, study: Study, session_id: int) -> dict:
         trials.append(
             {
                 "position": trial.position,
+                "role": trial.role,
                 "target": trial.target,
                 "phases_ms": phase_durations_from_onsets(trial.phase_onsets_ms),
                 "presentations": len(trial.presentations or []),
@@ -82,6 +83,8 @@ def session_detail(*, study: Study, session_id: int) -> dict:
     return {
         "session": session,
         "trials": trials,
+        "task_trials": sum(1 for trial in trials if trial["role"] == Trial.Role.TASK),
+        "control_trials": sum(1 for trial in trials if trial["role"] == Trial.Role.CONTROL),
         "reviews": reviews,
         "submission": submission,
         "payment": payment if session.status != Session.Status.STARTED else "running",

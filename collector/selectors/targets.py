@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from django.db.models import Count, Q, QuerySet
 
-from collector.models import Click, Study, Target
+from collector.models import Click, Study, Target, Trial
+
+#: Practice and control trials show round-1 objects too but are never data (collector.services.screens).
+_TASK_TRIALS = Q(trials__role=Trial.Role.TASK)
 
 
 def study_targets(*, study: Study, round_number: int | None = None) -> QuerySet[Target]:
@@ -16,9 +19,9 @@ def study_targets(*, study: Study, round_number: int | None = None) -> QuerySet[
     return (
         queryset.select_related("round", "instance", "instance__image")
         .annotate(
-            clicks_total=Count("trials__click"),
-            clicks_valid=Count("trials__click", filter=Q(trials__click__is_valid=True)),
-            clicks_invalid=Count("trials__click", filter=Q(trials__click__is_valid=False)),
+            clicks_total=Count("trials__click", filter=_TASK_TRIALS),
+            clicks_valid=Count("trials__click", filter=_TASK_TRIALS & Q(trials__click__is_valid=True)),
+            clicks_invalid=Count("trials__click", filter=_TASK_TRIALS & Q(trials__click__is_valid=False)),
         )
         .order_by("round__number", "id")
     )
@@ -32,11 +35,11 @@ def study_target_get(*, study: Study, target_id: int) -> Target:
 
 
 def target_clicks(*, target: Target) -> list[dict]:
-    """All clicks on ``target``: ``x``, ``y`` (canonical image px, float), ``device``, ``pointer_type``,
+    """All clicks of task trials on ``target`` (practice and control clicks are not data): ``x``, ``y`` (canonical image px, float), ``device``, ``pointer_type``,
     ``is_valid`` (None while unvalidated), ``invalid_reason``, ``distance_px``, ``reaction_ms``,
     ``worker`` (pseudonym), ``session_id``, ``session_validity``."""
     rows = (
-        Click.objects.filter(trial__target=target)
+        Click.objects.filter(trial__target=target, trial__role=Trial.Role.TASK)
         .order_by("received_at", "pk")
         .values(
             "id",

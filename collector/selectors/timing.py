@@ -40,7 +40,9 @@ def phase_durations_from_onsets(onsets: dict | None) -> dict[str, float]:
 def study_phase_durations_ms(*, study: Study) -> dict[str, dict[str, np.ndarray]]:
     """``{phase: {device: float64 array of measured durations (ms)}}`` for phases A-C."""
     collected: dict[str, dict[str, list[float]]] = {p: {d: [] for d in DEVICES} for p in PHASES[:-1]}
-    rows = Trial.objects.filter(session__study=study).values_list("session__device", "phase_onsets_ms")
+    rows = Trial.objects.filter(session__study=study, role=Trial.Role.TASK).values_list(
+        "session__device", "phase_onsets_ms"
+    )
     for device, onsets in rows:
         for phase, duration in phase_durations_from_onsets(onsets).items():
             collected[phase].setdefault(device, []).append(duration)
@@ -53,9 +55,9 @@ def study_phase_durations_ms(*, study: Study) -> dict[str, dict[str, np.ndarray]
 def study_reaction_ms(*, study: Study) -> dict[str, np.ndarray]:
     """Reaction times (ms from the onset of phase D to the click) by device, float64 arrays."""
     values: dict[str, list[float]] = {device: [] for device in DEVICES}
-    rows = Click.objects.filter(trial__session__study=study, reaction_ms__isnull=False).values_list(
-        "trial__session__device", "reaction_ms"
-    )
+    rows = Click.objects.filter(
+        trial__session__study=study, trial__role=Trial.Role.TASK, reaction_ms__isnull=False
+    ).values_list("trial__session__device", "reaction_ms")
     for device, reaction_ms in rows:
         values.setdefault(device, []).append(reaction_ms)
     return {device: np.asarray(v, dtype=np.float64) for device, v in values.items()}
@@ -73,7 +75,9 @@ def study_device_comparison(*, study: Study) -> dict[str, dict]:
         validated = sessions.exclude(validity=Session.Validity.PENDING)
         n_validated = validated.count()
         n_counted = validated.filter(validity=Session.Validity.COUNTED).count()
-        clicks = Click.objects.filter(trial__session__study=study, trial__session__device=device)
+        clicks = Click.objects.filter(
+            trial__session__study=study, trial__session__device=device, trial__role=Trial.Role.TASK
+        )
         n_clicks = clicks.count()
         n_judged = clicks.filter(is_valid__isnull=False).count()
         n_valid = clicks.filter(is_valid=True).count()

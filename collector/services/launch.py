@@ -69,11 +69,16 @@ def study_budget_estimate(*, study: Study) -> dict:
 def study_launch(*, study_id: int) -> PlatformCampaign:
     """Publish the study (draft → published) and create and open its pools on the platform.
 
-    Checks the credentials first (a clear error naming the token setting), refuses when the estimate
-    exceeds ``platform_config["max_budget"]``. Safe to call again: it finishes a half-done launch.
+    Refuses a study that breaks the platform's rules (``PlatformAdapter.launch_problems``: on Toloka a
+    currency other than USD, an assignment time limit without time to submit the code), checks the
+    credentials (a clear error naming the token setting), refuses when the estimate exceeds
+    ``platform_config["max_budget"]``. Safe to call again: it finishes a half-done launch.
     """
     study = Study.objects.get(pk=study_id)
     adapter = get_adapter(study.platform)
+    problems = adapter.launch_problems(study=study)
+    if problems:
+        raise LaunchRefused(f"study {study.pk} cannot be launched on {adapter.name}: " + " ".join(problems))
     estimate = study_budget_estimate(study=study)
     limit = (study.platform_config or {}).get("max_budget")
     if limit is not None and Decimal(estimate["total"]) > Decimal(str(limit)):

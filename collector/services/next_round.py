@@ -65,7 +65,7 @@ from PIL import Image as PILImage
 from benchmark.metrics import iou
 from benchmark.rclicks import task_error_regions
 from benchmark.stems import full_stem_build
-from collector.models import Click, Image, Instance, Round, Session, Study, Target
+from collector.models import Click, Image, Instance, Round, Session, Study, Target, Trial
 from collector.selectors.segmenters import study_segmenter_keys
 from collector.services.datasets import mask_png_bytes
 from collector.services.outbox import task_intent_add
@@ -144,6 +144,7 @@ def valid_first_clicks(*, round_: Round) -> dict[int, list[SourceClick]]:
         Click.objects.filter(
             trial__target__round=round_,
             trial__target__click_type=Target.ClickType.FIRST,
+            trial__role=Trial.Role.TASK,  # a practice or control click on a round-1 object is no data
             trial__session__validity=Session.Validity.COUNTED,
             is_valid=True,
         )

@@ -46,6 +46,7 @@ from collector.services.qualification import (
     qualification_result,
     qualification_session_create,
 )
+from collector.services.screens import session_screen_trials_add
 from collector.services.studies import study_open_round
 from tasks import names as task_names
 
@@ -268,6 +269,8 @@ def session_start(
             raise SessionStartRefused(
                 _("There are no images left for you in this study. Thank you for your interest!")
             )
+        if study.practice_trials or study.control_trials:
+            session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)
     logger.info(
         "session started",
         extra={

@@ -6,6 +6,11 @@ values it needs (``values``: the cleaned form fields; a missing value means that
 error, so the rule stays silent); ``dataset`` is the chosen Dataset or None. A message names the field
 by its label, the value at fault and what to do. Add a rule by writing a function and listing it in
 ``STUDY_RULES``.
+
+A study's kind decides which settings apply (``KIND_ONLY_FIELDS``): a corrective campaign has no timed
+phases, no 7-of-10 batch rule and no practice or control trials; a timed study no campaign settings. The
+rules judge only the settings of the study's kind (``study_values_for_kind``), so a corrective study is never
+refused for a timed setting it does not use, and the form hides the other kind's fields.
 """
 
 from __future__ import annotations
@@ -31,6 +36,59 @@ PHASE_LABELS = {
 #: Seconds a worker needs per trial beyond the timed phases (loading, finding the object, clicking).
 CLICK_ALLOWANCE_S = 10
 SESSION_TIMEOUT_MAX_S = 24 * 3600
+
+
+#: The screens a worker sees before a timed batch (issue 32 item 5): consent, instructions, practice and control.
+SCREEN_FIELDS = (
+    "consent_enabled",
+    "consent_texts",
+    "instructions_texts",
+    "practice_trials",
+    "control_trials",
+    "control_min_inside",
+)
+#: Settings that belong to one study kind only (the others apply to both kinds).
+KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
+    StudyKind.TIMED: (
+        "display_mode",
+        "image_ms",
+        "target_ms",
+        "text_ms",
+        "blocked_ms",
+        "min_valid_per_session",
+        "min_reaction_ms",
+        *SCREEN_FIELDS,
+    ),
+    StudyKind.CORRECTIVE: (
+        "corrective_init",
+        "corrective_rounds",
+        "corrective_clicks_per_round",
+        "qualification_enabled",
+        "qualification_instances",
+        "qualification_min_placement",
+        "qualification_min_gain",
+    ),
+}
+#: Toloka pays its workers in US dollars: a pool's reward is a number of dollars.
+TOLOKA_CURRENCY = "USD"
+
+
+def fields_not_for_kind(kind: str | None) -> tuple[str, ...]:
+    """The settings of the other kind(s): those a study of ``kind`` (None or "": timed) does not use."""
+    chosen = kind or StudyKind.TIMED
+    return tuple(name for other, names in KIND_ONLY_FIELDS.items() if other != chosen for name in names)
+
+
+#: Judged whatever the kind: a timed study that asks for a qualification test is told that only corrective
+#: campaigns have one (the form resets the field on timed studies; the API says so).
+JUDGED_FOR_EVERY_KIND = ("qualification_enabled",)
+
+
+def study_values_for_kind(values: dict) -> dict:
+    """``values`` without the settings the study's kind does not use (the rules then leave them alone), but
+    for ``JUDGED_FOR_EVERY_KIND``."""
+    unused = set(fields_not_for_kind(values.get("kind"))) - set(JUDGED_FOR_EVERY_KIND)
+    return {name: value for name, value in values.items() if name not in unused}
 
 
 def _number(values: dict, name: str):
@@ -129,10 +187,12 @@ def rule_something_to_collect(values: dict, dataset: Dataset | None) -> list[Pro
 
 
 def rule_timeout_fits_a_batch(values: dict, dataset: Dataset | None) -> list[Problem]:
-    """A session must be able to finish before it expires: the timed phases of every trial plus
-    ``CLICK_ALLOWANCE_S`` per trial; and expire within a day."""
+    """A session must be able to finish before it expires: the timed phases of every trial (practice and
+    control trials included) plus ``CLICK_ALLOWANCE_S`` per trial; and expire within a day."""
     timeout = _number(values, "session_timeout_s")
     batch_size = _number(values, "batch_size")
+    if batch_size is not None:
+        batch_size += (_number(values, "practice_trials") or 0) + (_number(values, "control_trials") or 0)
     phases = [_number(values, name) for name in ("image_ms", "blocked_ms")]
     phase_b = _number(
         values, "text_ms" if values.get("display_mode") == DisplayMode.TEXT_DESCRIPTION else "target_ms"
@@ -190,6 +250,68 @@ def rule_currency_code(values: dict, dataset: Dataset | None) -> list[Problem]:
     ]
 
 
+def rule_toloka_pays_in_dollars(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """Toloka pays in US dollars: a Toloka study's reward and bonus are in USD (the pool gets the number as
+    it is, so another currency would pay the wrong amount). Convert the amount yourself; no rate is guessed."""
+    currency = values.get("currency")
+    if values.get("platform") != Platform.TOLOKA or currency in (None, TOLOKA_CURRENCY):
+        return []
+    return [
+        (
+            "currency",
+            f"Currency: Toloka pays workers in {TOLOKA_CURRENCY}, and {currency!r} is not it (Toloka would read "
+            f"the reward as dollars). Set the currency to {TOLOKA_CURRENCY} and give the reward per batch in "
+            "dollars, converted at the rate you choose.",
+        )
+    ]
+
+
+def rule_screen_trials_fit(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """Practice and control trials show images of their own (a batch never shows an image twice), so a full
+    batch with its practice and control trials needs that many images with objects."""
+    batch_size = _number(values, "batch_size")
+    practice, control = _number(values, "practice_trials"), _number(values, "control_trials")
+    if dataset is None or batch_size is None or practice is None or control is None or not practice + control:
+        return []
+    images = Image.objects.filter(dataset=dataset, instances__isnull=False).distinct().count()
+    if batch_size + practice + control <= images:
+        return []
+    field = "control_trials" if control else "practice_trials"
+    return [
+        (
+            field,
+            f"Practice and control trials: a batch of {batch_size} trials with {practice} practice and {control} "
+            f"control trial(s) needs {batch_size + practice + control} images with objects (a batch never shows "
+            f"an image twice), and dataset “{dataset.name}” has {images}; lower the trials per batch to "
+            f"{max(images - practice - control, 0)} or ask for fewer practice or control trials.",
+        )
+    ]
+
+
+def rule_control_rule_reachable(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """With control trials, the control clicks a batch needs inside are between 1 and the control trials."""
+    control, needed = _number(values, "control_trials"), _number(values, "control_min_inside")
+    if not control or needed is None:
+        return []
+    if needed < 1:
+        return [
+            (
+                "control_min_inside",
+                "Control clicks a batch needs inside: 0 would let every batch pass its control trials; use at "
+                "least 1, or set the control trials to 0.",
+            )
+        ]
+    if needed > control:
+        return [
+            (
+                "control_min_inside",
+                f"Control clicks a batch needs inside: {needed} cannot be reached with {control} control trial(s) "
+                "per batch; lower it or add control trials.",
+            )
+        ]
+    return []
+
+
 def rule_qualification_fits(values: dict, dataset: Dataset | None) -> list[Problem]:
     """The qualification test belongs to corrective campaigns and needs as many images with objects as it
     has instances (one instance per image, issue 17)."""
@@ -228,13 +350,18 @@ STUDY_RULES: tuple[Rule, ...] = (
     rule_timeout_fits_a_batch,
     rule_reward_payable,
     rule_currency_code,
+    rule_toloka_pays_in_dollars,
+    rule_screen_trials_fit,
+    rule_control_rule_reachable,
     rule_qualification_fits,
 )
 
 
 def study_settings_check(*, values: dict, dataset: Dataset | None) -> dict[str, list[str]]:
-    """Every rule's problems, by field name (empty when the settings are fine)."""
+    """Every rule's problems, by field name (empty when the settings are fine); settings of another study
+    kind than ``values["kind"]`` are not judged."""
     problems: dict[str, list[str]] = {}
+    values = study_values_for_kind(values)
     for rule in STUDY_RULES:
         for field, message in rule(values, dataset):
             problems.setdefault(field, []).append(message)

@@ -11,8 +11,12 @@ pixel. A click outside the image, or in a trial the player flagged (tab hidden, 
 changed), is invalid whatever its distance.
 
 A session counts when it has at least ``required_valid_clicks`` valid clicks (``min_valid_per_session`` of
-``batch_size``, scaled for a shorter batch). Only valid clicks of counted sessions add to ``valid_<device>``;
-every trial's in-flight slot is released. The whole validation of a session is one transaction guarded by
+``batch_size``, scaled for a shorter batch) and, when the study has control trials, at least
+``control_min_inside`` of its control clicks (at most as many as it has) lie inside their object (distance 0:
+the radius does not help a control click). Practice and control trials (``Trial.role``) are judged and stored
+like any click but are never data: they take no part in the batch rule and add nothing to a quota. Only
+valid clicks of counted sessions' task trials add to ``valid_<device>``; every task trial's in-flight slot is
+released. The whole validation of a session is one transaction guarded by
 ``validated_at IS NULL`` under ``SELECT ... FOR UPDATE``, so a redelivered task (worker killed mid-run)
 either finds nothing done and does everything, or finds it done and does nothing.
 """
@@ -287,6 +291,7 @@ def session_validate(*, session_id: int) -> Session | None:
         )
         clicks: list[Click] = []
         valid_target_ids: list[int] = []
+        control_inside = 0
         for trial in trials:
             click = getattr(trial, "click", None)
             if click is None:
@@ -305,35 +310,59 @@ def session_validate(*, session_id: int) -> Session | None:
             click.distance_px = None if distance_px is None or math.isinf(distance_px) else distance_px
             click.invalid_reason = verdict.invalid_reason
             clicks.append(click)
-            if verdict.is_valid:
+            if trial.role == Trial.Role.CONTROL:
+                control_inside += int(verdict.is_valid and click.distance_px == 0.0)
+            elif verdict.is_valid and trial.role == Trial.Role.TASK:
                 valid_target_ids.append(trial.target_id)
         _verdicts_store(clicks)
 
+        # Practice and control trials are never data: the batch rule and the quotas see the task trials only.
+        task_trials = [trial for trial in trials if trial.role == Trial.Role.TASK]
+        n_control = sum(1 for trial in trials if trial.role == Trial.Role.CONTROL)
         n_valid = len(valid_target_ids)
         required = required_valid_clicks(
             min_valid_per_session=study.min_valid_per_session,
             batch_size=study.batch_size,
-            n_trials=len(trials),
+            n_trials=len(task_trials),
         )
-        counted = n_valid >= required
+        reasons = []
+        if n_valid < required:
+            reasons.append(
+                f"{n_valid} of {len(task_trials)} clicks were valid; the study needs at least {required}."
+            )
+        session.control_inside = control_inside if n_control else None
+        session.control_passed = None
+        if n_control:
+            control_required = min(study.control_min_inside, n_control)
+            session.control_passed = control_inside >= control_required
+            if not session.control_passed:
+                reasons.append(
+                    f"{control_inside} of {n_control} control clicks were inside their object; the study needs "
+                    f"at least {control_required}."
+                )
+        counted = not reasons
         session.valid_clicks = n_valid
         session.validity = Session.Validity.COUNTED if counted else Session.Validity.REJECTED
-        session.rejection_reason = (
-            ""
-            if counted
-            else f"{n_valid} of {len(trials)} clicks were valid; the study needs at least {required}."
-        )
+        session.rejection_reason = " ".join(reasons)
         session.quality_flags = session_quality_flags(session=session, trials=trials)
         session.validated_at = timezone.now()
         session.save(
-            update_fields=["valid_clicks", "validity", "rejection_reason", "quality_flags", "validated_at"]
+            update_fields=[
+                "valid_clicks",
+                "validity",
+                "rejection_reason",
+                "quality_flags",
+                "validated_at",
+                "control_inside",
+                "control_passed",
+            ]
         )
 
         # Validations of one round take the round's lock before touching counters: target rows are then
         # always locked by one validation at a time (no deadlock between validations), and the fullness
         # check below sees every earlier validation's committed counters.
         Round.objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
-        inflight_release(target_ids=[trial.target_id for trial in trials], device=session.device)
+        inflight_release(target_ids=[trial.target_id for trial in task_trials], device=session.device)
         if counted and valid_target_ids:
             field = f"valid_{session.device}"
             Target.objects.filter(pk__in=valid_target_ids).update(**{field: F(field) + 1})

@@ -19,6 +19,11 @@
  * Clicks: Pointer Events on the stage, mapped to canonical image pixels through the shown canvas's
  * displayed rectangle. Each click goes into the outbox (outbox.js) and is sent at once with its
  * idempotency key; a 4xx refusal is shown to the annotator and reported, not retried.
+ *
+ * Screens (issue 32 item 5): a consent screen first when the study asks for one ("I agree" shows the
+ * instructions; the agreement goes out with the client report), the study's own instructions or the default
+ * ones, and practice trials (``trial.practice``, at the first positions) with their own counter, followed by
+ * a screen saying the task itself starts. Control trials look like any other trial.
  */
 import { fitSize, rotateWouldHelp, toCanonical } from "./geometry.js";
 import { backoffMs, decodeBlob, deferred, loadBitmap, sleep, streamBundle } from "./loader.js";
@@ -155,7 +160,10 @@ let queue = [];        // trials still to run, in position order
 const assets = {};     // position -> deferred {display, target}
 let current = null;    // the running trial
 let previousPair = null;
-const total = payload.trials.length;
+let lastStarted = null; // the trial started before the current one (a practice one: the practice screen follows)
+const practiceTotal = payload.trials.filter((trial) => trial.practice).length;
+const taskTotal = payload.trials.length - practiceTotal;
+const consented = deferred();  // resolved by "I agree" (at once when the page shows no consent screen)
 const coarse = window.matchMedia("(pointer: coarse)").matches;
 
 // Exposed for tests and benchmarks (read-only use).
@@ -270,14 +278,35 @@ async function reportPresented(position) {
   return true;
 }
 
+/** Between the last practice trial and the first task trial: a screen of its own, until "Continue". */
+function practiceFinished() {
+  api.phase = "practice-done";
+  show("screen-practice-done");
+  return new Promise((resolve) => {
+    $("practice-continue").addEventListener("click", () => { show("screen-trial"); resolve(); }, { once: true });
+  });
+}
+
+function counterText(trial) {
+  if (trial.practice) {
+    return interpolate(gettext("Practice %(n)s of %(total)s"), { n: trial.position + 1, total: practiceTotal });
+  }
+  return interpolate(gettext("Image %(n)s of %(total)s"), { n: taskTotal - queue.length, total: taskTotal });
+}
+
 async function startTrial() {
   if (!queue.length) { current = null; api.phase = ""; finishBatch(); return; }
+  if (lastStarted && lastStarted.practice && !queue[0].practice) {
+    current = null;
+    await practiceFinished();
+  }
   const trial = queue.shift();
+  lastStarted = trial;
   api.phase = "";  // the new trial's phase A is on screen from a later frame
   api.position = trial.position;
   $("hint").textContent = "";
-  $("trial-counter").textContent = interpolate(gettext("Image %(n)s of %(total)s"),
-    { n: total - queue.length, total });
+  $("trial-counter").textContent = counterText(trial);
+  $("trial-counter").classList.toggle("practice", Boolean(trial.practice));
   const handle = assets[trial.position];
   want(trial.position);
   const presented = reportPresented(trial.position);
@@ -335,8 +364,12 @@ function onPointerDown(event) {
     flags: Object.keys(current.flags),
     refresh_hz: Math.round(meter.hz() * 100) / 100,
   };
-  // Sent at once only when nothing waits in the outbox; otherwise the next trial reports itself.
-  if (queue.length && !outbox.items.length && payload.api.presented) { carryPresentation(record, queue[0].position); }
+  // Sent at once only when nothing waits in the outbox; otherwise the next trial reports itself. Not across the
+  // practice screen: the first task trial is shown only once the worker has read it.
+  const practiceEnds = current.trial.practice && queue.length && !queue[0].practice;
+  if (queue.length && !outbox.items.length && payload.api.presented && !practiceEnds) {
+    carryPresentation(record, queue[0].position);
+  }
   api.results.push(record);
   outbox.add(record);
   previousPair = current.pair;
@@ -489,8 +522,25 @@ function detectedDevice(info) {
   return info.pointer_coarse && info.max_touch_points > 0 ? "mobile" : "pc";
 }
 
+/** What the worker was shown before the batch (collector.selectors.screens): the language, the sources of
+ *  the texts and, after "I agree", when they agreed. Flat client_info names. */
+function screensInfo() {
+  const screens = payload.screens || {};
+  const info = {
+    screens_language: screens.language || document.documentElement.lang || "",
+    instructions_source: screens.instructions || "",
+    practice_trials: screens.practice || 0,
+  };
+  if (screens.consent) {
+    info.consent_source = screens.consent;
+    info.consent_agreed_at = api.consentAgreedAt || null;
+  }
+  return info;
+}
+
 async function reportClient() {
-  const info = clientInfo();
+  await consented.promise;  // one report, with the agreement in it (two at once could overwrite each other)
+  const info = { ...clientInfo(), ...screensInfo() };
   const body = { client_info: info, detected_device: detectedDevice(info) };
   for (let attempt = 1; attempt < 6; attempt += 1) {
     try {
@@ -585,6 +635,17 @@ function boot() {
     $("start-button").disabled = false;
     api.startEnabledAt = performance.now();
   }, () => {});
+}
+
+const consentButton = $("consent-agree");
+if (consentButton) {
+  consentButton.addEventListener("click", () => {
+    api.consentAgreedAt = new Date().toISOString();
+    show("screen-instructions");
+    consented.resolve();
+  }, { once: true });
+} else {
+  consented.resolve();
 }
 
 $("start-button").addEventListener("click", () => {

@@ -16,6 +16,7 @@ from django.test import Client
 from collector.models import PlatformCampaign, PlatformSubmission, Session, Study, Trial
 from collector.platforms import PlatformCredentialsError
 from collector.services.launch import (
+    LaunchRefused,
     study_budget_estimate,
     study_close_platform,
     study_launch,
@@ -102,7 +103,8 @@ def test_launch_creates_project_pools_and_suites_on_toloka(study, fake_toloka):
         pool = pools[_pool(study, device).external_id]
         assert pool["auto_accept_solutions"] is False
         assert Decimal(str(pool["reward_per_assignment"])) == Decimal("0.05")
-        assert pool["assignment_max_duration_seconds"] == study.session_timeout_s
+        # the session's timeout, then 10 minutes to paste the code and submit (issue 32 item 6)
+        assert pool["assignment_max_duration_seconds"] == study.session_timeout_s + 600
         conditions = [c for group in pool["filter"]["and"] for c in group["or"]]
         assert {
             "category": "computed",
@@ -354,3 +356,40 @@ def test_close_closes_pools_and_study(study, fake_toloka):
     assert {p["status"] for p in fake_toloka.state()["pools"].values()} == {"CLOSED"}
     assert Study.objects.get(pk=study.pk).state == Study.State.CLOSED
     assert PlatformCampaign.objects.get(study=study).state == PlatformCampaign.State.CLOSED
+
+
+# --- issue 32 item 6: Toloka's currency and a time limit that leaves time to submit the code ---
+
+
+def _api_calls(fake) -> list[str]:
+    return [f"{r['method']} {r['path']}" for r in fake.requests() if r["path"].startswith("/api/")]
+
+
+def test_a_study_in_another_currency_is_refused_before_anything_is_created(study, fake_toloka):
+    Study.objects.filter(pk=study.pk).update(currency="EUR")  # made outside the form (admin, an older study)
+    with pytest.raises(LaunchRefused) as refused:
+        study_launch(study_id=study.pk)
+    message = str(refused.value)
+    assert "currency: Toloka pays workers in USD, and study" in message and "in EUR" in message
+    assert "reward 0.0500 as dollars" in message
+    assert Study.objects.get(pk=study.pk).state == Study.State.DRAFT
+    assert _api_calls(fake_toloka) == [], "nothing reached Toloka"
+    assert not PlatformCampaign.objects.filter(study=study).exists()
+
+
+def test_the_time_limit_leaves_time_to_submit_the_code(study, fake_toloka):
+    study.platform_config = {
+        **study.platform_config,
+        "assignment_max_duration_s": study.session_timeout_s + 30,
+    }
+    study.save(update_fields=["platform_config"])
+    with pytest.raises(
+        LaunchRefused, match=r"platform_config.assignment_max_duration_s: 1830 s leaves a worker"
+    ):
+        study_launch(study_id=study.pk)
+    assert _api_calls(fake_toloka) == []
+    study.platform_config["assignment_max_duration_s"] = study.session_timeout_s + 300
+    study.save(update_fields=["platform_config"])
+    study_launch(study_id=study.pk)
+    limits = {p["assignment_max_duration_seconds"] for p in fake_toloka.state()["pools"].values()}
+    assert limits == {study.session_timeout_s + 300}

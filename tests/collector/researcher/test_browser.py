@@ -110,3 +110,87 @@ def test_create_form_previews_the_trial_and_estimates_the_budget(page, live_serv
     page.wait_for_selector("#study-state:has-text('published')")
     assert "0 / 75" in page.inner_text("#quota-progress")
     _shot(page, "published")
+
+
+# --- issue 32 item 8: the error summary, only the chosen kind's fields, the player's outline, trial pictures ---
+
+
+def test_the_form_summarises_its_errors_and_shows_only_the_chosen_kind(page, live_server, dataset):
+    page.goto(f"{live_server.url}/researcher/studies/new/")
+    page.wait_for_selector("#trial-preview")
+    # the defaults fit the dataset's 3 images: a batch of 3 needing 3 valid clicks
+    assert page.input_value("input[name=batch_size]") == "3"
+    assert page.input_value("input[name=min_valid_per_session]") == "3"
+    assert page.is_visible("#timing-settings") and not page.is_visible("#corrective-settings")
+    assert page.is_visible("#screen-settings") and page.is_visible("input[name=min_valid_per_session]")
+
+    page.fill("input[name=name]", "Has problems")
+    page.fill("input[name=batch_size]", "10")
+    page.fill("input[name=image_ms]", "0")
+    page.click("#study-form button[type=submit]")
+    page.wait_for_selector("#error-summary")
+    assert page.evaluate("document.activeElement.id") == "error-summary", "the summary takes the focus"
+    box = page.locator("#error-summary").bounding_box()
+    assert box["y"] < 200, f"the summary sits at the top of the page: {box}"
+    links = page.locator("#error-summary a")
+    assert links.count() == 2 and "2 settings to fix" in page.inner_text("#error-summary h2")
+    _shot(page, "form-error-summary")
+    page.click("#error-summary a[data-field=id_batch_size]")
+    assert page.evaluate("document.activeElement.id") == "id_batch_size"
+    assert page.locator("input[name=batch_size]").is_visible()
+
+    page.select_option("select[name=kind]", "corrective")
+    assert page.is_visible("#corrective-settings")
+    # the summary keeps what still applies: the batch size, not the timed phase a campaign does not have
+    assert page.locator("#error-summary li:visible").all_inner_texts() == [links.nth(1).inner_text()]
+    assert "1 setting to fix" in page.inner_text("#error-summary h2")
+    for hidden in (
+        "#timing-settings",
+        "#screen-settings",
+        "#trial-preview",
+        "input[name=min_valid_per_session]",
+    ):
+        assert not page.is_visible(hidden), hidden
+    visible = page.eval_on_selector_all(
+        "#corrective-settings label.field", "labels => labels.filter(l => l.offsetParent !== null).length"
+    )
+    assert visible == 7
+    _shot(page, "form-corrective")
+    # a campaign of batches of 3: no 7-of-10 rule, no timed phase (the 0 ms left in the hidden field) applies
+    page.fill("input[name=batch_size]", "3")
+    page.click("#study-form button[type=submit]")
+    page.wait_for_selector("#quota-progress")
+    assert page.inner_text("#study-state") == "draft"
+
+    page.goto(f"{live_server.url}/researcher/studies/new/")
+    page.select_option("select[name=kind]", "corrective")
+    page.select_option("select[name=kind]", "timed")
+    assert page.is_visible("#timing-settings") and not page.is_visible("#corrective-settings")
+
+
+def test_the_forms_highlighted_instance_has_the_players_green_outline(page, live_server, dataset):
+    page.goto(f"{live_server.url}/researcher/studies/new/")
+    page.select_option("select[name=display_mode]", "Highlighted_Instance")
+    page.wait_for_function(
+        "document.querySelector('#preview-stage').dataset.phase === 'B' && document.getElementById('preview-image').complete",
+        timeout=10_000,
+    )
+    green = page.evaluate(
+        """() => { const img = document.getElementById('preview-image'); const c = document.createElement('canvas');
+        c.width = img.naturalWidth; c.height = img.naturalHeight; const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+        const d = g.getImageData(0, 0, c.width, c.height).data; let n = 0;
+        for (let i = 0; i < d.length; i += 4) { if (d[i] === 0 && d[i + 1] === 255 && d[i + 2] === 0) n += 1; } return n; }"""
+    )
+    assert green > 100, f"{green} pure-green pixels on the preview"
+    _shot(page, "form-highlighted")
+
+
+def test_the_session_page_pictures_each_trial(page, live_server, alice_study):
+    session = make_validated_batch(alice_study, device="pc", valid_positions={0, 2})
+    page.goto(f"{live_server.url}/researcher/studies/{alice_study.pk}/sessions/{session.pk}/")
+    widths = _images_loaded(page, "#trial-pictures img")
+    assert widths == [160, 160, 160], widths
+    captions = page.locator("#trial-pictures figcaption").all_inner_texts()
+    assert [c.rsplit("— ", 1)[-1] for c in captions] == ["valid", "outside_region", "valid"]
+    assert all("·" not in c or "_______" not in c for c in captions)
+    _shot(page, "session-pictures")

@@ -9,9 +9,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from collector.models import Study
-from collector.researcher.forms import StudyForm
+from collector.researcher.forms import StudyForm, batch_defaults
 from collector.services.datasets import dataset_import
-from tests.factories import draw_dataset_folder
+from tests.factories import draw_dataset_folder, make_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -136,3 +136,112 @@ def test_the_api_runs_the_same_rules(alice, dataset):
     partial = {k: v for k, v in data.items() if k != "batch_size"}
     assert "batch_size" in client.post("/api/researcher/studies/", partial, format="json").json()
     assert client.post("/api/researcher/studies/", data, format="json").status_code == 201
+
+
+# --- issue 32: only the chosen kind's fields, the error summary, defaults that fit, screens, Toloka's USD ---
+
+
+def test_a_corrective_study_is_not_judged_by_the_timed_rules(alice, dataset):
+    """Batches of 3 that need 4 valid clicks and a phase of 0 ms: timed settings a campaign does not use."""
+    data = _valid(dataset, kind="corrective", min_valid_per_session=4, image_ms=0, practice_trials=9)
+    form = StudyForm(data)
+    assert form.is_valid(), form.errors
+    fields = form.study_fields()
+    # what a corrective study does not use keeps its model default, whatever was posted
+    assert (fields["min_valid_per_session"], fields["image_ms"], fields["practice_trials"]) == (7, 1500, 0)
+    assert fields["kind"] == "corrective" and fields["batch_size"] == 3
+    # the API gives a campaign the same freedom (issue 34 item 4)
+    client = APIClient()
+    client.force_authenticate(alice)
+    response = client.post("/api/researcher/studies/", {**_valid(dataset), "kind": "corrective",
+                                                         "min_valid_per_session": 4}, format="json")  # fmt: skip
+    assert response.status_code == 201, response.json()
+    # and the same settings on a timed study are refused
+    assert "min_valid_per_session" in _errors(dataset, min_valid_per_session=4)
+
+
+def test_a_timed_study_ignores_the_campaign_fields(dataset):
+    form = StudyForm(
+        _valid(dataset, corrective_rounds=0, qualification_instances=99, qualification_enabled="on")
+    )
+    assert form.is_valid(), form.errors
+    fields = form.study_fields()
+    assert (fields["corrective_rounds"], fields["qualification_instances"]) == (3, 3)
+    assert fields["qualification_enabled"] is False
+
+
+def test_the_page_shows_only_the_chosen_kind_and_an_error_summary(client, alice, dataset):
+    client.force_login(alice)
+    page = client.get("/researcher/studies/new/").content.decode()
+    assert 'id="corrective-settings" data-kind="corrective" hidden' in page
+    assert 'id="timing-settings" data-kind="timed">' in page and 'id="error-summary"' not in page
+
+    response = client.post("/researcher/studies/new/", _valid(dataset, batch_size=10, image_ms=0))
+    page = response.content.decode()
+    summary = page[page.index('id="error-summary"') : page.index("</div>", page.index('id="error-summary"'))]
+    assert "2 settings to fix" in summary
+    assert '<a href="#id_image_ms" data-field="id_image_ms">Phase A: image: 0 ms' in summary
+    assert '<a href="#id_batch_size" data-field="id_batch_size">Trials per batch: 10 is more than' in summary
+    assert page.index('id="error-summary"') < page.index('id="study-form"'), "the summary comes first"
+
+    corrective = client.post(
+        "/researcher/studies/new/", _valid(dataset, kind="corrective", corrective_rounds=0)
+    )
+    page = corrective.content.decode()
+    assert 'id="timing-settings" data-kind="timed" hidden' in page
+    assert 'id="corrective-settings" data-kind="corrective">' in page
+    assert '<a href="#id_corrective_rounds"' in page
+
+
+def test_the_form_starts_with_a_batch_the_dataset_can_give(client, alice, dataset, tmp_path):
+    client.force_login(alice)
+    # the only dataset has 3 images: a batch of 3 that needs 3 valid clicks (7/10 of it, rounded up)
+    form = client.get("/researcher/studies/new/").context["form"]
+    assert (form["batch_size"].value(), form["min_valid_per_session"].value()) == (3, 3)
+    make_dataset(tmp_path, name="AAA twelve images", n_images=12)
+    form = client.get("/researcher/studies/new/").context["form"]
+    assert (form["batch_size"].value(), form["min_valid_per_session"].value()) == (10, 7)
+    datasets = client.get("/researcher/studies/new/").context["datasets_data"]
+    assert {d["name"]: d["defaults"]["batch_size"] for d in datasets} == {
+        "AAA twelve images": 10,
+        dataset.name: 3,
+    }
+    assert batch_defaults(images=5) == {"batch_size": 5, "min_valid_per_session": 4}  # the demo's 5 photos
+
+
+def test_the_screens_are_gathered_by_language(client, alice, dataset):
+    client.force_login(alice)
+    data = _valid(
+        dataset, name="screens", consent_enabled="on", consent_text_en="  Agree?  ", consent_text_ru="Согласны?",
+        instructions_text_ru="Кликните по объекту.", instructions_text_en="", practice_trials=0, control_trials=0,
+    )  # fmt: skip
+    response = client.post("/researcher/studies/new/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    study = Study.objects.get(name="screens")
+    assert study.consent_enabled is True
+    assert study.consent_texts == {"en": "Agree?", "ru": "Согласны?"}
+    assert study.instructions_texts == {"ru": "Кликните по объекту."}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "text"),
+    [
+        ({"practice_trials": 1}, "practice_trials", "needs 4 images with objects"),
+        ({"batch_size": 2, "control_trials": 2, "min_valid_per_session": 1}, "control_trials", "lower the trials per batch to 1"),
+        ({"batch_size": 1, "min_valid_per_session": 1, "control_trials": 1, "control_min_inside": 2},
+         "control_min_inside", "2 cannot be reached with 1 control trial"),
+        ({"batch_size": 1, "min_valid_per_session": 1, "control_trials": 1, "control_min_inside": 0},
+         "control_min_inside", "use at least 1"),
+    ],
+)  # fmt: skip
+def test_practice_and_control_trials_must_fit(dataset, changes, field, text):
+    errors = _errors(dataset, **changes)
+    assert list(errors) == [field] and text in errors[field][0]
+
+
+def test_a_toloka_study_is_paid_in_dollars(dataset):
+    errors = _errors(dataset, platform="toloka", currency="EUR")
+    assert list(errors) == ["currency"]
+    assert "Currency: Toloka pays workers in USD, and 'EUR' is not it" in errors["currency"][0]
+    assert StudyForm(_valid(dataset, platform="toloka", currency="USD")).is_valid()
+    assert StudyForm(_valid(dataset, platform="prolific", currency="EUR")).is_valid()

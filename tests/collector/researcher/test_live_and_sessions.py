@@ -94,7 +94,8 @@ def test_session_list_and_page(client, alice, alice_study):
     page = client.get(f"/researcher/studies/{alice_study.pk}/sessions/{rejected.pk}/").content.decode()
     assert "1 of 3 clicks were valid" in page and 'id="review-form"' in page
     # the factory reports each trial as presented once, as the player does
-    assert page.count("outside_region") == 2 and page.count("did not report showing it") == 0
+    # two invalid clicks: in the trial table and under their pictures
+    assert page.count("outside_region") == 4 and page.count("did not report showing it") == 0
     assert page.count(">1×<") == 3
     assert 'id="session-payment">unpaid' in page
     waiting_page = client.get(f"/researcher/studies/{alice_study.pk}/sessions/{waiting.pk}/").content.decode()

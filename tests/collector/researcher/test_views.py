@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 from PIL import Image as PILImage
 
 from collector.models import DisplayMode, Instance, Round, Study, Target
+from collector.selectors.pictures import CLICK_RGB
 from collector.services.next_round import round_build_fail
+from collector.services.stimuli import HIGHLIGHT_RGB, render_target_picture
 from segmenters.checkpoints import parse_checkpoint_table
-from tests.factories import make_study, make_validated_batch
+from tests.factories import make_dataset, make_study, make_validated_batch
 
 pytestmark = pytest.mark.django_db
 
@@ -218,3 +221,84 @@ def test_study_and_target_pages_say_which_model_made_the_previous_masks(client, 
     assert f'title="{"ab" * 32}"' in detail
     page = client.get(reverse("researcher:target_detail", args=[alice_study.pk, target.pk])).content.decode()
     assert "sam:vit_b:0123456789ab:mm1" in page and "variant vit_b" in page and "ab" * 32 in page
+
+
+# --------------------------------------------------------------------------------------------------
+# issue 32 item 8: the form's Highlighted Instance as the player draws it, trial pictures, readable names
+
+
+def _png(response) -> np.ndarray:
+    assert response.status_code == 200 and response["Content-Type"] == "image/png"
+    return np.asarray(PILImage.open(io.BytesIO(response.content)).convert("RGB"))
+
+
+def test_the_forms_highlighted_instance_is_the_players_green_outline(client, alice, dataset):
+    instance = Instance.objects.filter(image__dataset=dataset).first()
+    client.force_login(alice)
+    preview = _png(
+        client.get(reverse("researcher:instance_preview", args=[instance.pk, "Highlighted_Instance"]))
+    )
+    with instance.mask_file.open("rb") as handle:
+        mask = np.asarray(PILImage.open(handle).convert("L")) > 127
+    with instance.image.file.open("rb") as handle:
+        image = np.asarray(PILImage.open(handle).convert("RGB"))
+    green = np.all(preview == HIGHLIGHT_RGB, axis=2)
+    # exactly the player's picture: its outline function's pixels in green, the image everywhere else
+    wanted = render_target_picture(display=image, region=mask, mode=DisplayMode.HIGHLIGHTED_INSTANCE)
+    assert np.array_equal(preview, wanted)
+    assert green.sum() > 100 and not (green & mask).any(), "a green ring around the object, none inside it"
+    assert np.array_equal(preview[~green], image[~green]), "not dimmed: the player shows the image as it is"
+
+
+def test_the_session_page_shows_each_trials_click_and_outline(client, alice, bob, alice_study):
+    session = make_validated_batch(alice_study, device="pc", valid_positions={0})
+    client.force_login(alice)
+    page = client.get(
+        reverse("researcher:session_detail", args=[alice_study.pk, session.pk])
+    ).content.decode()
+    for position in range(3):
+        url = reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, position])
+        assert f'src="{url}"' in page
+    trials = list(session.trials.select_related("click", "target__instance__image").order_by("position"))
+    for trial in trials:
+        picture = _png(
+            client.get(
+                reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, trial.position])
+            )
+        )
+        image = trial.target.instance.image
+        assert picture.shape == (image.height, image.width, 3)  # 160x120: below the 480 px cap
+        # the click's dot in its verdict's colour, at the click
+        x, y = int(trial.click.x), int(trial.click.y)
+        dot = tuple(int(v) for v in picture[min(y, image.height - 1), min(x, image.width - 1)])
+        assert dot == CLICK_RGB[trial.click.is_valid], (trial.position, dot)
+        assert np.all(picture == HIGHLIGHT_RGB, axis=2).sum() > 100, "the region's green outline"
+    assert trials[0].click.is_valid and not trials[1].click.is_valid
+    # researchers only, and only those who may see the study
+    missing = reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, 9])
+    assert client.get(missing).status_code == 404
+    url = reverse("researcher:session_trial_picture", args=[alice_study.pk, session.pk, 0])
+    client.force_login(bob)
+    assert client.get(url).status_code == 404
+    client.logout()
+    assert client.get(url).status_code == 302
+
+
+def test_target_names_read_as_image_and_object(client, alice, tmp_path, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    dataset = make_dataset(
+        tmp_path, n_images=2, objects_per_image=2, stems=["coins", "boat"], name="two objects"
+    )
+    study = make_study(dataset, publish=True, batch_size=2, min_valid_per_session=1, owner=alice)
+    target = (
+        study.rounds.get(number=1).targets.select_related("instance__image").get(full_stem="coins_______2")
+    )
+    assert target.display_name == "coins · 2"
+    correction = Target(round=target.round, instance=target.instance, click_type="fn", model_type="sam",
+                        source_device="pc", source_index=3, full_stem="coins_______2_sam_fn_pc_3")  # fmt: skip
+    assert correction.display_name == "coins · 2 · fn of sam (pc click 3)"
+    client.force_login(alice)
+    listing = client.get(reverse("researcher:target_list", args=[study.pk])).content.decode()
+    assert ">coins · 2</a>" in listing and "coins_______2</code>" in listing
+    page = client.get(reverse("researcher:target_detail", args=[study.pk, target.pk])).content.decode()
+    assert "<h1>coins · 2 <small" in page and '<code id="target-full-stem">coins_______2</code>' in page
