@@ -1,16 +1,22 @@
-"""Remote ClickSession vs local on the same run: per-interaction round trip (next + submit) p50/p95 on
-loopback and the whole-run time ratio (goal: remote <= 1.3x local, embedded segmenter on GrabCut).
+"""Remote ClickSession vs local, measured in the same run: the whole-run time ratio remote/local for the baseline
+and the clicking-group clicker, with a near-free method and with the embedded segmenter (goal: remote <= 1.3x
+local with a fast method).
 
-The local run and the remote run execute the same user script with the same predictor and OpenCV seed and
-must give the same report (checked). The server is a real ``manage.py runserver`` process on 127.0.0.1
-against a throw-away database (``bench_<name>`` of DATABASE_URL, or ``bench_eval.sqlite3`` under
-CLICKLAB_VAR_DIR) with the GrabCut images imported; scoring runs in the request (the Celery path is the
-same code; the test suite covers it). Usage::
+Both sides run the benchmark README's loop (previous logits fed back) with the same predictor and must give
+the same report (checked, timing columns aside). The server is a real gunicorn (config/gunicorn.py, one gthread
+worker) in a process of its own on a free loopback port, against a throw-away database: ``bench_<name>`` of
+DATABASE_URL (real PostgreSQL), else ``bench_eval.sqlite3`` under CLICKLAB_VAR_DIR; GrabCut images imported.
+Local and remote runs alternate (a busy machine slows both alike) and the fastest of each counts. Usage::
 
-    .venv/bin/python bench/bench_eval_remote.py [--images 4] [--max-clicks 5] [--fast]
+    .venv/bin/python bench/bench_eval_remote.py [--images 3] [--max-clicks 5] [--groups 10] [--repeats 3]
+        [--methods free,embedded] [--clickers baseline,group]
 
-``--fast`` uses the embedded segmenter at a 96-px working size (a much quicker model, so the transport
-overhead weighs more: a harsher test of the ratio).
+``free`` is a near-free predictor (disks around the clicks, no logits: what is left is our own per-click work
+and the transport); ``embedded`` is the embedded GrabCut segmenter at a 96-px working size and one iteration
+(a fast method; it returns full-size float32 logits, which travel with every submission); ``embedded-mask``
+(not in the default list) is the same with its logits dropped, so the mask alone travels: the difference is
+what the logits cost; ``embedded-full`` (not in the default list either) is the embedded segmenter at its
+defaults (512 px, 4 iterations, about a second a click here), e.g. ``--methods embedded-full --clickers baseline``.
 """
 
 from __future__ import annotations
@@ -26,14 +32,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import django  # noqa: E402
 
 django.setup()
 
-import cv2  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
@@ -41,20 +46,21 @@ from django.test.utils import setup_test_environment  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent.parent
 GRABCUT = Path(os.environ.get("CLICKLAB_SHARED_DATASETS", PROJECT.parent / "shared" / "datasets")) / "GrabCut"
+VOLATILE = ["timing_s", "session_id"]
 
 
-def script(predictor, max_clicks, **where):
+def readme_loop(predictor, config: dict, **where):
+    """benchmark/README.md's loop; returns (seconds, session)."""
     from benchmark.session import ClickSession
 
-    cv2.setRNGSeed(0)
     started = time.perf_counter()
-    with ClickSession(clicker="baseline", max_clicks=max_clicks, seed=0, **where) as sess:
+    with ClickSession(**config, **where) as sess:
         embedding = None
         while sess.next():
-            sample, clicks, is_new = sess.get_clicks()
+            sample, clicks, is_new = sess.get_clicks(only_last=False)
             if is_new:
                 embedding = predictor.encode(sample.load_image())
-            sess.submit_masks(predictor.predict(embedding, clicks).probabilities)
+            sess.submit_masks(predictor.predict(embedding, clicks, sess.previous_logits))
     return time.perf_counter() - started, sess
 
 
@@ -64,26 +70,91 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_gunicorn(port: int):
+    from tests.support.celery_worker import worker_environment
+
+    env = {**worker_environment(), "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "0",
+           "CLICKLAB_EVAL_RATE_LIMIT": "1000000/min", "CLICKLAB_EVAL_MAX_ACTIVE_RUNS": "1000"}  # fmt: skip
+    log = (
+        open(os.environ["BENCH_SERVER_LOG"], "w")
+        if os.environ.get("BENCH_SERVER_LOG")
+        else subprocess.DEVNULL
+    )  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "config.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--worker-class", "gthread", "--workers", "1", "--threads", "4"],
+        cwd=PROJECT, env=env, stdout=log, stderr=log,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("gunicorn did not listen within 60 s")
+
+
+class WithoutLogits:
+    """A predictor whose predictions carry no logits: the session then feeds the mask back (the embedded
+    segmenter reads only ``previous > 0``, so its results do not change), and nothing but the mask travels."""
+
+    def __init__(self, predictor) -> None:
+        self.predictor = predictor
+
+    def encode(self, image):
+        return self.predictor.encode(image)
+
+    def predict(self, embedding, clicks, previous_logits=None):
+        from segmenters.base import Prediction
+
+        return Prediction(
+            probabilities=self.predictor.predict(embedding, clicks, previous_logits).probabilities
+        )
+
+
+def predictors(names: list[str]) -> dict:
+    from bench_engine_embedding_reuse import DiskPredictor
+
+    from segmenters.registry import get_predictor
+
+    made = {}
+    for name in names:
+        if name == "free":
+            made[name] = DiskPredictor()
+        elif name == "embedded":
+            made[name] = get_predictor("embedded", work_long_side_px=96, grabcut_iterations=1)
+        elif name == "embedded-full":  # the embedded segmenter as the web app runs it (512 px, 4 iterations)
+            made[name] = get_predictor("embedded")
+        elif name == "embedded-mask":  # the same, its logits dropped: what their transfer costs
+            made[name] = WithoutLogits(get_predictor("embedded", work_long_side_px=96, grabcut_iterations=1))
+        else:
+            raise SystemExit(f"--methods: unknown {name!r}; use free, embedded, embedded-mask, embedded-full")
+    return made
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=4)
+    parser.add_argument("--images", type=int, default=3)
     parser.add_argument("--max-clicks", type=int, default=5)
-    parser.add_argument("--fast", action="store_true")
+    parser.add_argument("--groups", type=int, default=10, help="clicking groups of the group clicker")
     parser.add_argument(
-        "--repeats", type=int, default=2, help="alternate local/remote runs; the best of each counts"
+        "--repeats", type=int, default=3, help="alternated local/remote runs; the best of each counts"
     )
+    parser.add_argument("--methods", default="free,embedded")
+    parser.add_argument("--clickers", default="baseline,group")
     args = parser.parse_args()
 
+    from benchmark.cli import equal_mass_groups
     from benchmark.datasets import open_dataset
     from collector.services.datasets import dataset_import
     from evaluation.services import create_key
-    from segmenters.registry import get_predictor
     from tests.factories import make_researcher
-    from tests.support.celery_worker import worker_environment
 
     setup_test_environment()
     test_settings = settings.DATABASES["default"].setdefault("TEST", {})
-    test_settings["MIGRATE"] = False
+    test_settings["MIGRATE"] = True
     if connection.vendor == "sqlite":
         test_settings["NAME"] = str(Path(settings.VAR_DIR) / "bench_eval.sqlite3")
     else:
@@ -103,57 +174,41 @@ def main() -> None:
             dataset_import(path=folder, layout="grabcut")
             key = create_key(user=make_researcher("bench"), name="bench")[1]
             port = free_port()
-            env = {**worker_environment(), "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "0",
-                   "CLICKLAB_EVAL_RATE_LIMIT": "100000/min"}  # fmt: skip
-            server = subprocess.Popen(
-                [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-                cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )  # fmt: skip
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            options = {"work_long_side_px": 96, "grabcut_iterations": 1} if args.fast else {}
-            predictor = get_predictor("embedded", **options)
+            server = start_gunicorn(port)
             local_ds = open_dataset(folder, "grabcut")
-            script(predictor, 1, dataset=local_ds)  # warm-up (OpenCV, imports)
-            # alternate the two so that a busy machine slows both alike; the fastest of each counts
-            local_times, remote_times = [], []
-            for _ in range(args.repeats):
-                local_s, local = script(predictor, args.max_clicks, dataset=local_ds)
-                remote_s, remote = script(
-                    predictor, args.max_clicks, dataset=local_ds, host=f"http://127.0.0.1:{port}", key=key
-                )
-                local_times.append(local_s)
-                remote_times.append(remote_s)
-            local_s, remote_s = min(local_times), min(remote_times)
-            volatile = ["timing_s", "session_id"]
-            pd.testing.assert_frame_equal(
-                local.get_report().drop(columns=volatile), remote.get_report().drop(columns=volatile)
-            )
-            trips = remote.round_trips_s
-            # one request per interaction: the submission, whose answer carries the next interaction
-            # (plus the first next and one image per sample)
-            submits = [t for url, t in trips if url.endswith("/submit/")]
-            per_interaction = np.asarray(submits)
-            interactions = len(submits)
-            requests = len([1 for url, _ in trips if "/report/" not in url])
-            print(f"segmenter: embedded{' (fast: 96 px, 1 iteration)' if args.fast else ''}; "
-                  f"{args.images} GrabCut images x {args.max_clicks} clicks = {interactions} interactions; "
-                  f"database {connection.vendor}")  # fmt: skip
-            print(f"per-interaction round trip (submit + next in one request) on loopback: p50 {1000 * np.percentile(per_interaction, 50):.1f} ms, "
-                  f"p95 {1000 * np.percentile(per_interaction, 95):.1f} ms over {interactions} interactions "
-                  f"({requests} requests in the loop)")  # fmt: skip
-            from evaluation.models import EvaluationRun
-
-            run = EvaluationRun.objects.get(pk=remote.run_id)
-            print(f"server-side scoring + next clicks: {1000 * run.server_seconds / interactions:.1f} ms per interaction "
-                  f"(the rest of the round trip is HTTP, auth, JSON and the database)")  # fmt: skip
-            print(f"whole run: local {local_s:.2f} s, remote {remote_s:.2f} s, "
-                  f"ratio {remote_s / local_s:.2f}x (goal <= 1.3x), best of {args.repeats} alternated runs; reports identical")  # fmt: skip
+            remote = dict(host=f"http://127.0.0.1:{port}", key=key, dataset="GrabCut")
+            clickers = {
+                "baseline": dict(clicker="baseline"),
+                "group": dict(clicker="group", click_model="dt", group_bounds=equal_mass_groups(args.groups)),
+            }
+            print(f"{args.images} GrabCut images x {args.max_clicks} clicks; group clicker: {args.groups} groups, dt map; "
+                  f"database {connection.vendor}; gunicorn, 1 gthread worker; best of {args.repeats} alternated runs")  # fmt: skip
+            print(f"{'method':9} {'clicker':9} {'interactions':>12} {'local s':>8} {'remote s':>9} {'ratio':>6} "
+                  f"{'overhead ms/interaction':>24}")  # fmt: skip
+            for method, predictor in predictors(args.methods.split(",")).items():
+                for name in args.clickers.split(","):
+                    clicker = clickers[name]
+                    config = dict(max_clicks=args.max_clicks, seed=0, **clicker)
+                    readme_loop(
+                        predictor, {**config, "max_clicks": 1}, dataset=local_ds
+                    )  # warm-up both sides
+                    readme_loop(predictor, {**config, "max_clicks": 1}, **remote)
+                    local_times, remote_times = [], []
+                    for _ in range(args.repeats):
+                        local_s, local = readme_loop(predictor, config, dataset=local_ds)
+                        remote_s, far = readme_loop(predictor, config, **remote)
+                        local_times.append(local_s)
+                        remote_times.append(remote_s)
+                        pd.testing.assert_frame_equal(
+                            local.get_report().drop(columns=VOLATILE), far.get_report().drop(columns=VOLATILE)
+                        )
+                    interactions = len(local.get_report().drop_duplicates(["sample_id", "group", "round"]))
+                    best_local, best_remote = min(local_times), min(remote_times)
+                    overhead = 1000 * (best_remote - best_local) / interactions
+                    print(f"{method:9} {name:9} {interactions:12d} {best_local:8.2f} {best_remote:9.2f} "
+                          f"{best_remote / best_local:5.2f}x {overhead:24.1f}", flush=True)  # fmt: skip
+            print("reports identical local and remote in every run (timing columns aside); goal: ratio <= 1.3x "
+                  "with a fast method")  # fmt: skip
         finally:
             if server is not None:
                 server.terminate()

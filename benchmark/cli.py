@@ -4,7 +4,8 @@ Subcommands:
 
 * ``run``: evaluate a registered segmenter on a dataset folder (see ``benchmark/README.md``);
 * ``train-clickability``: delegates to ``benchmark.clickability.train.main(argv)``;
-* ``analyze``: delegates to ``benchmark.analyses.main(argv)``.
+* ``analyze``: delegates to ``benchmark.analyses.main(argv)``;
+* ``publish``: delegates to ``benchmark.publish.main(argv)`` (a run folder to an evaluation server's leaderboard).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from benchmark.engine import (
     run_celery,
     run_local,
 )
+from benchmark.provenance import code_version
 
 logger = logging.getLogger(__name__)
 
@@ -311,10 +313,13 @@ def run(args: argparse.Namespace) -> int:
     # which weights made the masks (segmenters.provenance): one model per run folder
     summary["model_ids"] = sorted({r.model_id for r in results})
     summary["checkpoint_sha256"] = sorted({r.checkpoint_sha256 for r in results})
+    summary["click_model"] = args.click_model if args.groups else None  # a name, or the checkpoint given
+    summary["code_version"] = code_version()
     stored, timing = report.split_timing(summary)  # wall times apart: summary.json is reproducible
     (run_dir / "summary.json").write_text(json.dumps(stored, indent=1), encoding="utf-8")
     (run_dir / "timing.json").write_text(json.dumps(timing, indent=1), encoding="utf-8")
     plots.plot_miou_curves(summary, run_dir / "miou_vs_clicks.png")
+    plots.plot_time_curves(summary, run_dir / "miou_vs_time.png")
     if args.heatmaps:
         by_key = {sample.key: sample for sample in samples}
         plots.plot_heatmaps(results, by_key, run_dir / "heatmaps", limit=args.heatmaps)
@@ -322,6 +327,11 @@ def run(args: argparse.Namespace) -> int:
     csv_path, md_path = report.write_report(rows, args.out)
     report.write_timing(_all_summaries(args.out, "timing.json"), args.out)
     print(report.to_markdown(report.table([summary])), end="")
+    timed = [f"{label} {summary[key]:.3f}" for key, label in (("time_auc_base", "Base"), ("time_auc_sample", "Sample"))
+             if key in summary]  # fmt: skip
+    if timed:
+        print(f"mIoU against method time, AUC: {', '.join(timed)} (curves in {run_dir / 'timing.json'}, "
+              f"{run_dir / 'miou_vs_time.png'})")  # fmt: skip
     print(f"Per-instance arrays: {run_dir / 'instances'}\nReport: {csv_path} and {md_path}")
     return 0
 
@@ -347,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_run_parser(sub.add_parser("run", help="evaluate a segmenter on a dataset"))
     sub.add_parser("train-clickability", help="train the clickability model", add_help=False)
     sub.add_parser("analyze", help="click-model and display-mode analyses", add_help=False)
+    sub.add_parser("publish", help="put a run on an evaluation server's leaderboard", add_help=False)
+    if argv and argv[0] == "publish":
+        return _delegate("benchmark.publish", argv[1:])
     if argv and argv[0] == "train-clickability":
         return _delegate("benchmark.clickability.train", argv[1:])
     if argv and argv[0] == "analyze":

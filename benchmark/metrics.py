@@ -160,3 +160,35 @@ def miou_curve(trajectories: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
 def miou_at(curve: np.ndarray, clicks: Sequence[int] = (1, 2, 3, 5, 10, 20)) -> dict[int, float]:
     """mIoU@k for the k of ``clicks`` that the curve reaches (k is 1-based)."""
     return {int(k): float(curve[k - 1]) for k in clicks if 1 <= k <= len(curve)}
+
+
+def quality_time_curve(ious: np.ndarray, seconds: np.ndarray) -> dict:
+    """mIoU against the method's time (DAVIS's quality-against-time curve, for clicks) and its AUC.
+
+    ``ious`` and ``seconds``: (N, C) arrays, per trajectory the IoU after click k and the method's time that
+    click took (NaN where a trajectory stopped: its last IoU and its time so far carry forward). The curve
+    starts at (0 s, 0) and has a point per click: the mean over trajectories of the time spent up to click k
+    and of the IoU after it. ``auc`` is the trapezoid area under it divided by its last time, the mean mIoU
+    over the time span (in [0, 1]; NaN when no time was spent). Unlike DAVIS no point is appended at a time
+    budget: the curve ends where the method's own time ends.
+    """
+    ious = np.asarray(ious, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if ious.ndim != 2 or ious.shape != seconds.shape or ious.shape[0] == 0:
+        raise ValueError(
+            f"quality_time_curve needs two equal (N, C) arrays with N > 0; got {ious.shape}, {seconds.shape}."
+        )
+    carried = ious.copy()
+    for k in range(carried.shape[1]):  # the last IoU carries forward (0 before any)
+        previous = carried[:, k - 1] if k else np.zeros(carried.shape[0])
+        carried[:, k] = np.where(np.isnan(carried[:, k]), previous, carried[:, k])
+    cumulative = np.cumsum(np.nan_to_num(seconds, nan=0.0), axis=1)
+    time_s = np.concatenate([[0.0], cumulative.mean(axis=0)])
+    miou = np.concatenate([[0.0], carried.mean(axis=0)])
+    span = float(time_s[-1])
+    area = float(np.sum((time_s[1:] - time_s[:-1]) * (miou[1:] + miou[:-1]) / 2))
+    return {
+        "seconds": time_s.tolist(),
+        "miou": miou.tolist(),
+        "auc": area / span if span > 0 else float("nan"),
+    }

@@ -1,4 +1,4 @@
-"""PNG plots of engine results: mIoU vs clicks per clicking group, and click heatmaps.
+"""PNG plots of engine results: mIoU vs clicks per clicking group, mIoU vs time, and click heatmaps.
 
 matplotlib runs with the non-interactive Agg backend (no display needed).
 """
@@ -36,6 +36,29 @@ def plot_miou_curves(summary: dict, path: Path) -> Path:
     axes.set_title(f"{summary['method']} on {summary['dataset']} ({summary['instances']} instances)")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_time_curves(summary: dict, path: Path) -> Path | None:
+    """mIoU vs the method's time (seconds): Base (black, dashed) and the pooled group trajectories (Sample), each
+    labelled with its AUC; None (no file) when the summary has no timing."""
+    curves = [(key, label, style) for key, label, style in
+              (("base", "Base", "k--"), ("sample", "Sample (groups)", "C3-")) if f"time_curve_{key}" in summary]  # fmt: skip
+    if not curves:
+        return None
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for key, label, style in curves:
+        curve, auc = summary[f"time_curve_{key}"], summary.get(f"time_auc_{key}", float("nan"))
+        axes.plot(curve["seconds"], curve["miou"], style, label=f"{label}, AUC {auc:.3f}")
+    axes.set_xlabel("method time (s, mean per trajectory; the encode counts at the first click)")
+    axes.set_ylabel("mIoU")
+    axes.set_title(f"{summary['method']} on {summary['dataset']}: quality against time")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -7,15 +7,17 @@
             sample, clicks, is_new = sess.get_clicks()
             if is_new:
                 embedding = predictor.encode(sample.load_image())
-            sess.submit_masks(predictor.predict(embedding, clicks).probabilities)
+            sess.submit_masks(predictor.predict(embedding, clicks, sess.previous_logits))
         report, summary = sess.get_report(), sess.get_global_summary()
 
 The server holds the ground truth, computes the clicks and scores the masks; this client only sees the
 image, the clicks and its own masks. Masks are thresholded here exactly as the local session does
-(``> threshold`` for floats) and sent as PNG. Every request carries an ``Idempotency-Key``; transport
-errors, 429 and 502/503/504 are retried with the same key, so a retry or a reconnect never double-submits.
-A run can be resumed from another process with ``ClickSession(host=..., key=..., resume=<run id>)``.
-Django-free (httpx only).
+(``> threshold`` for floats) and sent as PNG, with the prediction's logits (``benchmark.statecodec``), which
+the server keeps for a resumed run. Every request carries an ``Idempotency-Key``; transport errors, 429 and
+502/503/504 are retried with the same key, so a retry or a reconnect never double-submits. A run can be
+resumed from another process with ``ClickSession(host=..., key=..., resume=<run id>)``: the first sample it
+serves is new to it (``is_new``) and ``previous_logits`` is what the old process submitted last. ``max_time_s``
+is the method's time (``get_clicks`` -> ``submit_masks``, measured here), as locally. Django-free (httpx only).
 """
 
 from __future__ import annotations
@@ -27,16 +29,26 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from benchmark.datasets import Dataset, SampleKey
-from benchmark.maskcodec import encode_png, encode_rle
+from benchmark.maskcodec import decode_png, encode_png, encode_rle
 from benchmark.session import REPORT_COLUMNS, SessionStateError, SubmitResult, session_files_write
+from benchmark.statecodec import decode_state, encode_state
 from segmenters.base import Click
 
 RETRY_STATUSES = {429, 502, 503, 504}
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()  # an argument the caller did not pass (a benchmark's protocol then decides)
 
 
 class RemoteError(RuntimeError):
@@ -59,7 +71,7 @@ class RemoteSample:
     _session: RemoteClickSession = field(repr=False)
 
     def load_image(self) -> np.ndarray:
-        return self._session._image(self.image_url)
+        return self._session._image(self.image_url, self.key.image_stem)
 
 
 class RemoteClickSession:
@@ -68,6 +80,9 @@ class RemoteClickSession:
     Args:
       host: server base URL; key: the evaluation key (``EvalKey``) shown once in the researcher area.
       dataset: the server's dataset name (or a local :class:`Dataset`, whose name is used).
+      benchmark: a published benchmark's slug: the run follows its protocol (clickers, ``max_clicks``,
+        ``max_time_s``, ``seed``, ``click_model``, ``group_bounds``) and appears on its leaderboard. Leave those
+        arguments out (the benchmark's apply); one that differs from the protocol is refused, naming it.
       method: the name the run appears under on the leaderboard.
       click_model, group_bounds: with ``clicker="group"``, the server's click model by name (``dt`` by
         default, ``uniform``/``ud``, ``sm``, ``si``) and the clicking groups (default G1..G10); the same
@@ -85,14 +100,15 @@ class RemoteClickSession:
         *,
         host: str,
         key: str | None,
-        dataset: str | Dataset,
-        clicker: str = "baseline",
-        max_clicks: int = 20,
-        max_time_s: float | None = None,
+        dataset: str | Dataset | None = None,
+        benchmark: str | None = None,
+        clicker: Any = UNSET,  # UNSET: the benchmark's, else the local session's default ("baseline")
+        max_clicks: Any = UNSET,  # 20
+        max_time_s: Any = UNSET,  # None
         threshold: float = 0.5,
         target_ious=(0.85, 0.90),
-        stop_at_target: bool = False,
-        seed: int = 0,
+        stop_at_target: Any = UNSET,  # False
+        seed: Any = UNSET,  # 0
         shuffle: bool = False,
         report_save_dir: Path | None = None,
         click_model: str | None = None,
@@ -113,30 +129,25 @@ class RemoteClickSession:
             raise ValueError(
                 "A remote ClickSession needs key=<your evaluation key> (researcher area, Evaluation keys)."
             )
-        unsupported = {name for name, value in local_only.items() if value is not None}
-        if unsupported:
-            hint = (
-                " (for clicker='group' pass click_model='dt', 'uniform', 'sm' or 'si')"
-                if "map_fn" in unsupported
-                else ""
-            )
-            raise ValueError(
-                f"{sorted(unsupported)} are local-only arguments: the server computes the clicks; remove them{hint}."
-            )
+        _refuse_local_only(local_only)
         if mask_format not in ("png", "rle"):
             raise ValueError(f"mask_format={mask_format!r}: use 'png' or 'rle'.")
+        if dataset is None and benchmark is None and resume is None:
+            raise ValueError(
+                "A remote ClickSession needs dataset=<the server's dataset name> or benchmark=<slug>."
+            )
         self.host = host.rstrip("/")
-        self.dataset_name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
-        self.config = {
-            "dataset": self.dataset_name, "clicker": clicker, "max_clicks": int(max_clicks),
-            "max_time_s": max_time_s, "threshold": float(threshold), "target_ious": [float(t) for t in target_ious],
-            "stop_at_target": bool(stop_at_target), "seed": int(seed), "shuffle": bool(shuffle), "method": method,
-        }  # fmt: skip
-        if clicker == "group":  # the other clickers ignore them, as the local session does
-            if click_model is not None:
-                self.config["click_model"] = str(click_model)
-            if group_bounds is not None:
-                self.config["group_bounds"] = [[float(low), float(high)] for low, high in group_bounds]
+        self.dataset_name = (
+            dataset.name if isinstance(dataset, Dataset) else (None if dataset is None else str(dataset))
+        )
+        given = {"clicker": clicker, "max_clicks": max_clicks, "max_time_s": max_time_s,
+                 "stop_at_target": stop_at_target, "seed": seed}  # fmt: skip
+        self.config = _run_request(
+            {name: value for name, value in given.items() if value is not UNSET}, dataset=self.dataset_name,
+            benchmark=benchmark, click_model=click_model, group_bounds=group_bounds,
+            own={"threshold": float(threshold), "target_ious": [float(t) for t in target_ious], "shuffle": bool(shuffle),
+                 "method": method},
+        )  # fmt: skip
         self.threshold, self.mask_format = float(threshold), mask_format
         self.report_save_dir = Path(report_save_dir) if report_save_dir else None
         self.retries, self.progress, self.poll_timeout_s = retries, progress, poll_timeout_s
@@ -153,6 +164,11 @@ class RemoteClickSession:
         self._summary: dict | None = None
         self._bar = None
         self._prefetched: dict | None = None
+        # What the method gets as previous_logits, as the local session keeps it; `_previous_known` is False
+        # when this process joined a sample mid-way (a resume): the server's copy is fetched on first use.
+        self._previous: Any = None  # model-specific, as segmenters.base.Prediction.logits
+        self._previous_known = True
+        self._sample_here: int | None = None  # index of the sample this process last served
         self.round_trips_s: list[tuple[str, float]] = []  # (path, seconds) per request, for the bench
 
     # -- transport ---------------------------------------------------------------------------------
@@ -203,22 +219,25 @@ class RemoteClickSession:
             time.sleep(wait)
             wait = min(wait * 2, 0.25)
 
-    def _image(self, url: str) -> np.ndarray:
-        if url not in self._images:
+    def _image(self, url: str, image_stem: str) -> np.ndarray:
+        """The sample's image, downloaded once per image (the groups of an instance, and the instances of an
+        image, follow one another); a fresh copy each call, as the local ``Sample.load_image`` gives."""
+        if image_stem not in self._images:
             import io
 
             from PIL import Image
 
             data = self._request("GET", url).content
-            self._images.clear()  # one sample at a time
-            self._images[url] = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-        return self._images[url]
+            self._images.clear()  # one image at a time
+            self._images[image_stem] = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        return self._images[image_stem].copy()
 
     # -- context manager ---------------------------------------------------------------------------
 
     def __enter__(self) -> RemoteClickSession:
         if self._state != "created":
             raise SessionStateError("A ClickSession can be entered only once; create a new session.")
+        self.server = self.health()
         if self.run_id is None:
             run = self._request(
                 "POST", "/api/eval/runs/", json_body=self.config, idempotent_key=uuid.uuid4().hex
@@ -227,6 +246,7 @@ class RemoteClickSession:
             run = self._request("GET", f"/api/eval/runs/{self.run_id}/").json()
         self.run_id, self.session_id = run["id"], run["session_id"]
         self.max_clicks, self.samples_total = run["max_clicks"], run["samples"]
+        self.run_config = run  # what the server runs: the benchmark's protocol where one applies
         if self.progress:
             from tqdm import tqdm
 
@@ -236,6 +256,23 @@ class RemoteClickSession:
             served = self._request("POST", f"/api/eval/runs/{self.run_id}/next/", json_body={"resume": True})
             self._take(served.json())
         return self
+
+    def health(self) -> dict:
+        """The server's ``GET /api/eval/health/``; a RemoteError saying so when ``host`` is not a Clicklab
+        evaluation server that can take runs now (as DAVIS's client checks its server first)."""
+        import httpx
+
+        try:
+            response = self._request("GET", "/api/eval/health/")
+            body = response.json()
+        except (RemoteError, httpx.TransportError, ValueError) as exc:
+            raise RemoteError(getattr(exc, "status", 0), "unhealthy",
+                              f"{self.host} is not a Clicklab evaluation server that answers now "
+                              f"(GET /api/eval/health/: {exc}); check the host and try again.") from None  # fmt: skip
+        if body.get("service") != "clicklab-evaluation":
+            raise RemoteError(response.status_code, "unhealthy",
+                              f"{self.host}/api/eval/health/ is not a Clicklab evaluation server's answer.")  # fmt: skip
+        return body
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._bar is not None:
@@ -279,8 +316,16 @@ class RemoteClickSession:
         return True
 
     def _take(self, payload: dict) -> None:
-        self._served = payload
         sample = payload["sample"]
+        # New to this process: the server's first interaction of a sample, or any interaction of a sample
+        # this process has not served yet (a run resumed mid-sample), so the loop encodes its image.
+        first_here = sample["index"] != self._sample_here
+        self._served = {**payload, "is_new": bool(payload["is_new"]) or first_here}
+        self._sample_here = sample["index"]
+        if payload["round"] == 1:
+            self._previous, self._previous_known = None, True
+        elif first_here:
+            self._previous, self._previous_known = None, False
         key = SampleKey(sample["dataset"], sample["image_stem"], sample["object_stem"])
         self._sample = RemoteSample(
             key, sample["group"], sample["width"], sample["height"], sample["image_url"], self
@@ -288,6 +333,22 @@ class RemoteClickSession:
         if self._bar is not None and payload["is_new"] and sample["index"] > 0:
             self._bar.update(1)
         self._state = "awaiting_get"
+
+    @property
+    def previous_logits(self):
+        """What the sample's previous round submitted (``Prediction.logits``, the ``logits=`` given with an
+        array, else the mask), None on its first round: the local session's value. A process that resumed the
+        run mid-sample gets the copy the server kept with that submission."""
+        if not self._previous_known:
+            stored = self._request("GET", f"/api/eval/runs/{self.run_id}/previous/").json()
+            if stored["logits"] is not None:
+                self._previous = decode_state(base64.b64decode(stored["logits"]))
+            elif stored["prediction_png"] is not None:
+                assert self._sample is not None  # _take() set it when it found the sample new to this process
+                shape = (self._sample.height, self._sample.width)
+                self._previous = decode_png(base64.b64decode(stored["prediction_png"]), shape=shape)
+            self._previous_known = True
+        return self._previous
 
     def get_clicks(self, only_last: bool = False) -> tuple[RemoteSample, list[Click], bool]:
         if self._state == "finished":
@@ -303,8 +364,16 @@ class RemoteClickSession:
         clicks = [Click(x=float(x), y=float(y), is_positive=bool(p)) for x, y, p in raw]
         return self._sample, clicks, bool(self._served["is_new"])
 
-    def submit_masks(self, mask_or_probs: np.ndarray) -> SubmitResult:
+    def submit_masks(self, mask_or_probs, logits=None) -> SubmitResult:
+        """As the local session's: a ``segmenters.base.Prediction`` (its probabilities are thresholded and its
+        logits kept for :attr:`previous_logits`), a bool (H, W) mask or float (H, W) probabilities; ``logits``:
+        with an array, what :attr:`previous_logits` returns next round (default: the mask). The logits travel
+        with the mask (``benchmark.statecodec``), so a resumed run has them too."""
         timing_s = time.perf_counter() - getattr(self, "_clock", time.perf_counter())
+        if hasattr(mask_or_probs, "probabilities"):
+            if logits is None:
+                logits = getattr(mask_or_probs, "logits", None)
+            mask_or_probs = mask_or_probs.probabilities
         if self._state != "awaiting_mask":
             raise SessionStateError(
                 "submit_masks() called before get_clicks(): call next() and get_clicks() first."
@@ -322,12 +391,16 @@ class RemoteClickSession:
             body["mask_png"] = base64.b64encode(encode_png(mask)).decode("ascii")
         else:
             body["mask_rle"] = encode_rle(mask)
+        if logits is not None:
+            body["logits"] = base64.b64encode(encode_state(logits)).decode("ascii")
         key = uuid.uuid4().hex
         payload = self._poll("POST", f"/api/eval/runs/{self.run_id}/submit/", json_body=body, key=key)
         result = payload["result"]
         self._prefetched = payload.get("next")
         self._state, self._served = "ready", None
         value = float("nan") if result["iou"] is None else float(result["iou"])
+        if result["status"] == "accepted":
+            self._previous, self._previous_known = (mask if logits is None else logits), True
         return SubmitResult(result["status"], value, int(result["round"]), int(result["clicks"]))
 
     # -- results -----------------------------------------------------------------------------------
@@ -350,6 +423,44 @@ class RemoteClickSession:
 
     def _write_files(self, directory: Path, *, suffix: str) -> None:
         session_files_write(directory, self.session_id, self.get_report(), self._summary, suffix=suffix)
+
+
+def _refuse_local_only(local_only: dict) -> None:
+    unsupported = {name for name, value in local_only.items() if value is not None}
+    if unsupported:
+        hint = (
+            " (for clicker='group' pass click_model='dt', 'uniform', 'sm' or 'si')"
+            if "map_fn" in unsupported
+            else ""
+        )
+        raise ValueError(
+            f"{sorted(unsupported)} are local-only arguments: the server computes the clicks; remove them{hint}."
+        )
+
+
+def _run_request(given: dict, *, dataset, benchmark, click_model, group_bounds, own: dict) -> dict:
+    """The create request of a run. Without a benchmark, what was not passed is the local session's default;
+    with one, only what was passed goes (the rest is the benchmark's protocol, and a value that differs from it
+    is refused with a message naming it)."""
+    if benchmark is None:
+        given = {"clicker": "baseline", "max_clicks": 20, "max_time_s": None, "stop_at_target": False, "seed": 0,
+                 **given}  # fmt: skip
+    for name, kind in (("max_clicks", int), ("seed", int), ("stop_at_target", bool)):
+        if name in given:
+            given[name] = kind(given[name])
+    config = {**given, **own}
+    if dataset is not None:
+        config["dataset"] = dataset
+    if benchmark is not None:
+        config["benchmark"] = str(benchmark)
+    if (
+        given.get("clicker", "group" if benchmark else "baseline") == "group"
+    ):  # others ignore them, as locally
+        if click_model is not None:
+            config["click_model"] = str(click_model)
+        if group_bounds is not None:
+            config["group_bounds"] = [[float(low), float(high)] for low, high in group_bounds]
+    return config
 
 
 def _nan_back(value):

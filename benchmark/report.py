@@ -18,7 +18,7 @@ import pandas as pd
 
 from benchmark import statistics as stats
 from benchmark.engine import InstanceResult
-from benchmark.metrics import iou_auc, miou_curve, noc
+from benchmark.metrics import iou_auc, miou_curve, noc, quality_time_curve
 
 REPORT_THRESHOLDS = (0.85, 0.90)
 
@@ -121,6 +121,7 @@ def summarize(  # noqa: C901
     if any(r.sample_iou.size for r in results):
         sampled = stats.first_click_statistics([r.sample_iou for r in results])
         row.update(sample_iou1=sampled["mean"], sample_iou1_std=sampled["std"], sample_nsr=sampled["nsr"])
+    _time_curves(row, base_ious, group_ious, with_base, with_groups)
     seconds = [r.base_seconds[~np.isnan(r.base_seconds)] for r in results if r.base_seconds.size]
     seconds += [r.group_seconds[~np.isnan(r.group_seconds)] for r in results if r.group_seconds.size]
     if seconds:
@@ -129,6 +130,29 @@ def summarize(  # noqa: C901
         np.mean([r.encode_seconds for r in results if r.encode_seconds > 0] or [0])
     )
     return row
+
+
+def _time_curves(row: dict, base_ious, group_ious, with_base, with_groups) -> None:
+    """``time_curve_base``/``time_auc_base`` and ``time_curve_sample``/``time_auc_sample`` (every group's
+    trajectories pooled): mIoU against the method's time (:func:`benchmark.metrics.quality_time_curve`). A
+    trajectory's first click also carries its image's encode time, the mean over the images encoded (an image
+    shared by instances is encoded once), as a session's loop encodes after its first ``get_clicks``. Wall
+    times: they go to ``timing.json``, not ``summary.json``."""
+    encoded = [r.encode_seconds for r in (with_base or with_groups) if r.encode_seconds > 0]
+    encode = float(np.mean(encoded)) if encoded else 0.0
+    if base_ious is not None and all(r.base_seconds.size for r in with_base):
+        seconds = np.stack([r.base_seconds for r in with_base]).astype(np.float64)
+        seconds[:, 0] = np.nan_to_num(seconds[:, 0]) + encode
+        curve = quality_time_curve(base_ious, seconds)
+        row["time_curve_base"] = {"seconds": curve["seconds"], "miou": curve["miou"]}
+        row["time_auc_base"] = curve["auc"]
+    if group_ious is not None and all(r.group_seconds.size for r in with_groups):
+        clicks = group_ious.shape[-1]
+        seconds = np.stack([r.group_seconds for r in with_groups]).astype(np.float64).reshape(-1, clicks)
+        seconds[:, 0] = np.nan_to_num(seconds[:, 0]) + encode
+        curve = quality_time_curve(group_ious.reshape(-1, clicks), seconds)
+        row["time_curve_sample"] = {"seconds": curve["seconds"], "miou": curve["miou"]}
+        row["time_auc_sample"] = curve["auc"]
 
 
 def iou_series(frame: pd.DataFrame, max_clicks: int) -> list[tuple[str, str, np.ndarray]]:
@@ -148,6 +172,27 @@ def iou_series(frame: pd.DataFrame, max_clicks: int) -> list[tuple[str, str, np.
                 last = current
             values[index - 1] = last
         series.append((str(sample), str(group), values))
+    return series
+
+
+def seconds_series(frame: pd.DataFrame, max_clicks: int) -> list[np.ndarray]:
+    """Per trajectory of a ClickSession report (in :func:`iou_series`'s order), the method's time each click
+    1..max_clicks took: a round's ``timing_s`` on its first click, 0 on its other clicks, NaN beyond the last
+    round (timed-out rounds count: the method spent that time)."""
+    if frame.empty:
+        return []
+    first_of_round = (
+        frame.groupby(["sample_id", "group", "round"], sort=False)["click_index"].transform("min")
+        == frame["click_index"]
+    )
+    per_click = np.where(first_of_round, frame["timing_s"].astype(float), 0.0)
+    series = []
+    for _, rows in frame.assign(_seconds=per_click).groupby(["sample_id", "group"], sort=False):
+        values = np.full(max_clicks, np.nan)
+        for index, seconds in zip(rows["click_index"], rows["_seconds"]):
+            if 1 <= index <= max_clicks:
+                values[int(index) - 1] = seconds
+        series.append(values)
     return series
 
 
@@ -277,7 +322,14 @@ TABLE_COLUMNS = (
 NO_CHECKPOINT = "-"
 """The report's checkpoint cell for a model that loads no weights file (e.g. the embedded GrabCut segmenter)."""
 
-TIMING_KEYS = ("seconds_per_click", "encode_seconds_per_image")
+TIMING_KEYS = (
+    "seconds_per_click",
+    "encode_seconds_per_image",
+    "time_curve_base",
+    "time_auc_base",
+    "time_curve_sample",
+    "time_auc_sample",
+)
 """Wall-time fields of a summary: kept out of ``summary.json`` and ``report.*`` (which are then
 byte-identical between runs of the same config) and written to ``timing.json`` / ``timing.csv``."""
 
@@ -286,6 +338,8 @@ TIMING_COLUMNS = (
     ("dataset", "Dataset"),
     ("seconds_per_click", "s/click"),
     ("encode_seconds_per_image", "encode s/image"),
+    ("time_auc_base", "Base mIoU-time AuC"),
+    ("time_auc_sample", "Sample mIoU-time AuC"),
 )
 
 

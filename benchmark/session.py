@@ -51,8 +51,8 @@ from benchmark.clickers import (
 )
 from benchmark.datasets import Dataset, Sample, SampleKey
 from benchmark.engine import trajectory_rng
-from benchmark.metrics import iou, iou_auc, miou_at, noc
-from benchmark.report import iou_series, session_statistics, session_values
+from benchmark.metrics import iou, iou_auc, miou_at, noc, quality_time_curve
+from benchmark.report import iou_series, seconds_series, session_statistics, session_values
 from segmenters.base import Click
 
 REPORT_COLUMNS = (
@@ -445,6 +445,11 @@ class ClickSession:
     def _summarize_frame(self, frame: pd.DataFrame) -> dict:
         series = self._series(frame)
         curve = np.mean(series, axis=0) if series else np.zeros(self.max_clicks)
+        timed = (
+            quality_time_curve(np.asarray(series), np.asarray(seconds_series(frame, self.max_clicks)))
+            if series
+            else {"seconds": [0.0], "miou": [0.0], "auc": float("nan")}
+        )
         accepted = frame[frame["status"] == "accepted"].drop_duplicates(["sample_id", "group", "round"])
         nocs_at: dict[str, float] = {}  # filled below, after the curve values
         nofs_at: dict[str, int] = {}
@@ -455,6 +460,9 @@ class ClickSession:
             "miou_curve": curve.tolist(),
             "miou_at": {str(k): v for k, v in miou_at(curve).items()},
             "iou_auc": float(np.mean([iou_auc(s) for s in series])) if series else float("nan"),
+            # mIoU against the method's time (the caller's get_clicks -> submit_masks), with its AUC
+            "time_curve": {"seconds": timed["seconds"], "miou": timed["miou"]},
+            "time_auc": timed["auc"],
             "seconds_per_click": float(
                 accepted["timing_s"].sum() / max(len(frame[frame["status"] == "accepted"]), 1)
             ),

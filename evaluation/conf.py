@@ -14,10 +14,13 @@ DEFAULTS: dict[str, int | str] = {
     "EVAL_MAX_UPLOAD_BYTES": 2_500_000,
     "EVAL_INLINE_MAX_PIXELS": 4_000_000,  # larger samples are scored by a Celery worker
     "EVAL_RATE_LIMIT": "6000/min",  # requests per key (or per user without a key)
+    "EVAL_KEY_CACHE_S": 5,  # a process remembers a valid key this long (a revocation elsewhere takes this long)
     "EVAL_MAX_CLICKS": 100,
     "EVAL_MAX_GROUPS": 20,  # clicking groups of a clicker="group" run
-    # clicking-group runs compute clickability maps: in a Celery worker for samples larger than this (0: all)
-    "EVAL_GROUP_INLINE_MAX_PIXELS": 0,
+    # clicking-group runs compute clickability maps: in a Celery worker for samples larger than this (0: all).
+    # In the request up to the same size as the other clickers: a queue hop per interaction made a remote
+    # group run 5-8x slower than a local one with a fast method (bench/bench_eval_remote.py).
+    "EVAL_GROUP_INLINE_MAX_PIXELS": 4_000_000,
 }
 
 

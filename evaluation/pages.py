@@ -1,112 +1,35 @@
-"""Leaderboard pages: the researcher's own (keys, runs per method and benchmark, mIoU-vs-clicks plot,
-publishing) and the public read-only page of a published benchmark."""
+"""Leaderboard pages: the researchers' (every published benchmark's board across participants, their own runs,
+keys, display name, the upload of a local run, publishing a benchmark with its protocol), the public read-only
+page of a published benchmark, and the page of one run (server or local) with its curves."""
 
 from __future__ import annotations
 
-import math
+import json
 
 from django.contrib import messages
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from collector.models import Dataset
 from collector.researcher.access import researcher_required
 
-from . import selectors, services
-from .models import EvaluationKey, EvaluationRun, PublishedBenchmark
-
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
-
-
-def _number(value, digits=2) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    return f"{value:.{digits}f}"
-
-
-def _percent(value) -> str:
-    text = _number(value, 1)
-    return text if text == "—" else f"{text} %"
-
-
-def _deltas(run: EvaluationRun, runs: list[EvaluationRun]) -> dict:
-    """ΔSB/ΔGR/ΔHH (NoC@90, %; paired ΔHH) of a group run, with the IoU-AuC variants in a tooltip."""
-    if run.clicker != "group":
-        why = "ΔSB, ΔGR and ΔHH are shown on the method's clicking-group run (clicker='group')"
-        return {"dsb": "—", "dgr": "—", "dhh": "—", "delta_title": why}
-    stats = selectors.group_run_statistics(run, selectors.baseline_run_for(run, runs))
-    title = "NoC@90-based, in %; IoU-AuC: ΔSB {} · ΔGR {} · ΔHH {}".format(
-        _number(stats.get("delta_sb_auc"), 3), _number(stats.get("delta_gr_auc"), 3), _number(stats.get("delta_hh_auc"), 3)
-    )  # fmt: skip
-    if stats.get("note"):
-        title += f". {stats['note']}."
-    return {"dsb": _percent(stats.get("delta_sb_noc90")), "dgr": _percent(stats.get("delta_gr_noc90")),
-            "dhh": _percent(stats.get("delta_hh_noc90")), "delta_title": title}  # fmt: skip
-
-
-def _row(run: EvaluationRun, runs: list[EvaluationRun]) -> dict:
-    s = run.summary or {}
-    noc, nof = s.get("noc", {}), s.get("nof", {})
-    return {
-        **_deltas(run, runs),
-        "run": run, "method": run.method or "(unnamed)", "noc85": _number(noc.get("85")), "noc90": _number(noc.get("90")),
-        "nof85": nof.get("85", "—"), "nof90": nof.get("90", "—"), "auc": _number(s.get("iou_auc"), 3),
-        "spc": _number(s.get("seconds_per_click"), 3), "samples": s.get("samples", 0),
-        "server_s": _number(run.server_seconds, 1), "curve": s.get("miou_curve") or [],
-        "wall_s": _number((run.finished_at - run.created_at).total_seconds(), 1) if run.finished_at else "—",
-    }  # fmt: skip
-
-
-def _plot(rows: list[dict], width=520, height=260, pad=36) -> str:
-    """Inline SVG: mIoU after k clicks, one line per run."""
-    curves = [r for r in rows if r["curve"]]
-    if not curves:
-        return ""
-    k_max = max(len(r["curve"]) for r in curves)
-    sx = lambda k: pad + (width - 2 * pad) * (k - 1) / max(k_max - 1, 1)  # noqa: E731
-    sy = lambda v: height - pad - (height - 2 * pad) * v  # noqa: E731
-    parts = [f'<svg class="miou-plot" viewBox="0 0 {width} {height}" role="img" aria-label="mIoU vs clicks">',
-             f'<line x1="{pad}" y1="{sy(0)}" x2="{width - pad}" y2="{sy(0)}" stroke="#888"/>',
-             f'<line x1="{pad}" y1="{sy(0)}" x2="{pad}" y2="{sy(1)}" stroke="#888"/>',
-             f'<text x="{width / 2}" y="{height - 6}" text-anchor="middle" font-size="12">clicks</text>',
-             f'<text x="10" y="{pad - 12}" font-size="12">mIoU</text>']  # fmt: skip
-    for value in (0.0, 0.5, 0.85, 0.9, 1.0):
-        parts.append(
-            f'<text x="{pad - 4}" y="{sy(value) + 4}" text-anchor="end" font-size="10">{value:g}</text>'
-        )
-    for k in sorted({1, k_max, *range(5, k_max + 1, 5)}):
-        parts.append(f'<text x="{sx(k)}" y="{sy(0) + 14}" text-anchor="middle" font-size="10">{k}</text>')
-    for i, row in enumerate(curves):
-        points = " ".join(f"{sx(k + 1):.1f},{sy(v or 0.0):.1f}" for k, v in enumerate(row["curve"]))
-        colour = COLOURS[i % len(COLOURS)]
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
-        parts.append(
-            f'<text x="{width - pad + 2}" y="{pad + 14 * i}" font-size="10" fill="{colour}">{i + 1}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _boards(runs) -> list[dict]:
-    runs = list(runs)
-    boards: dict[str, list] = {}
-    for run in runs:
-        boards.setdefault(run.dataset.name, []).append(_row(run, runs))
-    return [{"dataset": name, "rows": rows, "plot": _plot(rows)} for name, rows in sorted(boards.items())]
+from . import boards, publishing, services
+from .models import EvaluationKey, EvaluationRun, LocalRun, PublishedBenchmark
 
 
 @researcher_required
 def leaderboard(request):
-    runs = EvaluationRun.objects.filter(
-        owner=request.user, state=EvaluationRun.State.FINISHED
-    ).select_related("dataset")
+    benchmarks = PublishedBenchmark.objects.select_related("dataset").order_by("title")
     context = {
-        "boards": _boards(runs.order_by("dataset__name", "-finished_at")),
+        "benchmark_boards": [boards.benchmark_board(benchmark) for benchmark in benchmarks],
+        "boards": boards.own_boards(request.user),
+        "display_name": publishing.display_name(request.user),
         "open_runs": EvaluationRun.objects.filter(owner=request.user, state__in=services.OPEN_STATES).select_related("dataset"),
         "keys": EvaluationKey.objects.filter(user=request.user, revoked_at__isnull=True).order_by("-created_at"),
-        "published": PublishedBenchmark.objects.filter(owner=request.user).select_related("dataset"),
+        "benchmarks": benchmarks,
         "datasets": Dataset.objects.order_by("name"),
+        "click_models": services.REMOTE_CLICK_MODELS,
     }  # fmt: skip
     return render(request, "evaluation/leaderboard.html", context)
 
@@ -126,10 +49,22 @@ def key_create(request):
 @researcher_required
 @require_POST
 def key_revoke(request, key_id: int):
-    from django.utils import timezone
-
-    EvaluationKey.objects.filter(pk=key_id, user=request.user).update(revoked_at=timezone.now())
+    services.key_revoke(user=request.user, key_id=key_id)
     messages.info(request, "The key is revoked; requests with it are refused from now on.")
+    return redirect("evaluation_pages:leaderboard")
+
+
+@researcher_required
+@require_POST
+def rename(request):
+    try:
+        participant = publishing.participant_rename(
+            user=request.user, display_name=request.POST.get("display_name", "")
+        )
+    except services.EvalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"You appear on the leaderboards as {participant.display_name!r}.")
     return redirect("evaluation_pages:leaderboard")
 
 
@@ -137,24 +72,94 @@ def key_revoke(request, key_id: int):
 @require_POST
 def publish(request):
     dataset = Dataset.objects.filter(pk=request.POST.get("dataset") or 0).first()
-    title = request.POST.get("title", "").strip()[:200]
-    if dataset is None or not title:
-        messages.error(request, "Publishing needs a dataset and a title; choose both and try again.")
+    try:
+        benchmark = publishing.benchmark_publish(
+            user=request.user, dataset=dataset, title=request.POST.get("title", ""),
+            # the form's checkboxes (none ticked: none sent); a post without the form's fields: both clickers
+            clickers=request.POST.getlist("clickers") if "clickers_shown" in request.POST else publishing.CLICKERS,
+            max_clicks=request.POST.get("max_clicks", 20),
+            max_time_s=request.POST.get("max_time_s") or None, seed=request.POST.get("seed", 42),
+            click_model=request.POST.get("click_model", "dt"), groups=request.POST.get("groups", 10),
+        )  # fmt: skip
+    except services.EvalError as exc:
+        messages.error(request, exc.message)
         return redirect("evaluation_pages:leaderboard")
-    base = slugify(title)[:60] or "benchmark"
-    slug, n = base, 1
-    while PublishedBenchmark.objects.filter(slug=slug).exists():
-        n += 1
-        slug = f"{base}-{n}"
-    PublishedBenchmark.objects.create(slug=slug, title=title, dataset=dataset, owner=request.user)
-    messages.success(request, f"Published at /eval/b/{slug}/ (read-only, no login).")
+    messages.success(request, f"Published at /eval/b/{benchmark.slug}/ (read-only, no login). Runs join it with "
+                              f"ClickSession(host=..., key=..., benchmark={benchmark.slug!r}).")  # fmt: skip
+    return redirect("evaluation_pages:leaderboard")
+
+
+def _uploaded_json(request, field: str):
+    upload = request.FILES.get(field)
+    if upload is None:
+        return None
+    if upload.size > publishing.MAX_SUMMARY_BYTES:
+        raise services.EvalError(400, "invalid_local_run",
+                                 f"{upload.name} is {upload.size} bytes; a {field}.json is at most {publishing.MAX_SUMMARY_BYTES}.")  # fmt: skip
+    try:
+        return json.loads(upload.read().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise services.EvalError(
+            400, "invalid_local_run", f"{upload.name} is not a JSON file ({exc})."
+        ) from None
+
+
+@researcher_required
+@require_POST
+def local_upload(request):
+    """The leaderboard's upload of a local run: its summary.json (and timing.json), as ``benchmark publish``."""
+    try:
+        summary = _uploaded_json(request, "summary")
+        if summary is None:
+            raise services.EvalError(400, "invalid_local_run", "Choose the run's summary.json to upload.")
+        local, created = publishing.local_run_publish(
+            user=request.user, key=None, summary=summary, timing=_uploaded_json(request, "timing"),
+            benchmark_slug=request.POST.get("benchmark") or None,
+        )  # fmt: skip
+    except services.EvalError as exc:
+        messages.error(request, exc.message)
+        return redirect("evaluation_pages:leaderboard")
+    where = f"benchmark {local.benchmark.title!r}" if local.benchmark else "your runs"
+    verb = "Published" if created else "Already published"
+    messages.success(
+        request, f"{verb}: {local.method} on {local.dataset_name}, local, unverified, on {where}."
+    )
     return redirect("evaluation_pages:leaderboard")
 
 
 def public_benchmark(request, slug: str):
     benchmark = get_object_or_404(PublishedBenchmark.objects.select_related("dataset"), slug=slug)
-    runs = EvaluationRun.objects.filter(
-        owner=benchmark.owner, dataset=benchmark.dataset, state=EvaluationRun.State.FINISHED
-    ).select_related("dataset")
-    boards = _boards(runs.order_by("-finished_at"))
-    return render(request, "evaluation/public.html", {"benchmark": benchmark, "boards": boards})
+    return render(
+        request,
+        "evaluation/public.html",
+        {"benchmark": benchmark, "board": boards.benchmark_board(benchmark)},
+    )
+
+
+def _visible(request, owner_id: int, on_benchmark: bool) -> None:
+    """A run's page: anyone's for a run on a published benchmark (public), else its owner's."""
+    if on_benchmark:
+        return
+    if not (request.user.is_authenticated and request.user.pk == owner_id):
+        raise Http404("No such run.")
+
+
+def run_page(request, run_id):
+    run = get_object_or_404(EvaluationRun.objects.select_related("dataset", "owner", "benchmark"), pk=run_id)
+    _visible(request, run.owner_id, run.benchmark_id is not None)
+    if run.state != EvaluationRun.State.FINISHED:
+        raise Http404("The run has not finished.")
+    runs = list(
+        EvaluationRun.objects.filter(owner=run.owner, dataset=run.dataset, state=EvaluationRun.State.FINISHED)
+    )
+    row = boards.server_row(run, runs)
+    return render(request, "evaluation/run.html", {"row": row, "run": run, "board": boards.board(run.dataset.name, [run], []),
+                                                   "summary": run.summary or {}})  # fmt: skip
+
+
+def local_page(request, run_id):
+    local = get_object_or_404(LocalRun.objects.select_related("owner", "benchmark"), pk=run_id)
+    _visible(request, local.owner_id, local.benchmark_id is not None)
+    row = boards.local_row(local)
+    return render(request, "evaluation/run.html", {"row": row, "local": local, "board": boards.board(local.dataset_name, [], [local]),
+                                                   "summary": local.summary})  # fmt: skip

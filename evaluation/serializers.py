@@ -8,7 +8,15 @@ from benchmark.clickability.click_model import BASELINE_NAMES
 
 
 class RunCreateSerializer(serializers.Serializer):
-    dataset = serializers.CharField(help_text="Name of a dataset on this server (GET /api/eval/datasets/).")
+    dataset = serializers.CharField(
+        required=False,
+        help_text="Name of a dataset on this server (GET /api/eval/datasets/); with a benchmark: its.",
+    )
+    benchmark = serializers.CharField(
+        required=False,
+        help_text="A published benchmark's slug: its protocol applies (clickers, max_clicks, max_time_s, seed, "
+        "click_model, group_bounds, stop_at_target false); a value sent that differs is refused, named.",
+    )
     method = serializers.CharField(required=False, allow_blank=True, max_length=100)
     clicker = serializers.ChoiceField(choices=["baseline", "group", "replay"], required=False)
     click_model = serializers.ChoiceField(
@@ -44,6 +52,7 @@ class ResultSerializer(serializers.Serializer):
 class RunSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     dataset = serializers.CharField(source="dataset.name")
+    benchmark = serializers.CharField(source="benchmark.slug", allow_null=True, default=None)
     method = serializers.CharField()
     session_id = serializers.CharField()
     clicker = serializers.CharField()
@@ -113,6 +122,11 @@ class SubmitSerializer(serializers.Serializer):
         required=False, help_text="Base64 of an 8-bit PNG, 0/255, the sample's size."
     )
     mask_rle = serializers.JSONField(required=False, help_text='COCO RLE {"size": [H, W], "counts": "..."}.')
+    logits = serializers.CharField(
+        required=False,
+        help_text="Base64 of the method's Prediction.logits (benchmark.statecodec); kept with the mask and "
+        "returned by runs/{id}/previous/ to a resumed client. Never decoded by the server.",
+    )
     then_next = serializers.BooleanField(required=False, help_text="Answer with the next interaction too.")
 
 
@@ -123,6 +137,15 @@ class SubmitResponseSerializer(serializers.Serializer):
     )
     status = serializers.CharField(required=False, help_text="'scoring' (HTTP 202): poll GET runs/{id}/.")
     interaction = serializers.IntegerField(required=False)
+
+
+class PreviousSerializer(serializers.Serializer):
+    sample_index = serializers.IntegerField()
+    round = serializers.IntegerField(help_text="Rounds submitted on the current sample (0: nothing yet).")
+    prediction_png = serializers.CharField(
+        allow_null=True, help_text="Base64 PNG of your last accepted prediction."
+    )
+    logits = serializers.CharField(allow_null=True, help_text="Base64 of the logits you sent with it.")
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -164,3 +187,38 @@ class ReportRowSerializer(serializers.Serializer):
     status = serializers.CharField()
     round = serializers.IntegerField()
     session_id = serializers.CharField()
+
+
+class HealthSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ok", "unavailable"])
+    service = serializers.CharField(help_text="clicklab-evaluation")
+    api_version = serializers.IntegerField()
+    code_version = serializers.CharField()
+    database = serializers.CharField()
+    benchmarks = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class LocalRunCreateSerializer(serializers.Serializer):
+    summary = serializers.JSONField(help_text="The run folder's summary.json (python -m benchmark run).")
+    timing = serializers.JSONField(required=False, help_text="Its timing.json (wall times, the time curves).")
+    benchmark = serializers.CharField(
+        required=False, allow_null=True, help_text="A published benchmark's slug."
+    )
+
+
+class LocalRunSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    method = serializers.CharField()
+    dataset = serializers.CharField(source="dataset_name")
+    dataset_hash = serializers.CharField()
+    benchmark = serializers.CharField(source="benchmark.slug", allow_null=True, default=None)
+    source = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+    provenance = serializers.JSONField()
+    created_at = serializers.DateTimeField()
+
+    def get_source(self, local) -> str:
+        return "local, unverified"
+
+    def get_url(self, local) -> str:
+        return f"/eval/local/{local.pk}/"

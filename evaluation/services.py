@@ -7,11 +7,11 @@ Order of calls for a run, as in :class:`benchmark.session.ClickSession`::
 ``preparing`` is the server's own work: scoring a submission (IoU against the ground truth, kept here) and
 computing the next clicks (the run's clicker -- baseline, clicking group or replay -- on the last accepted
 prediction). It runs in the request for ordinary images and in a Celery worker
-(``tasks.evaluation.process_run``) for samples larger than ``EVAL_INLINE_MAX_PIXELS`` and for clicking-group
-runs, which compute clickability maps (``EVAL_GROUP_INLINE_MAX_PIXELS``); clients poll the run meanwhile.
-Every step is committed, so a server restart or a client reconnect resumes where it stopped. Differences from the local session: the time budget is
-enforced on the server's clock (from serving the clicks to receiving the mask); the client's own timing
-is only reported.
+(``tasks.evaluation.process_run``) for samples larger than ``EVAL_INLINE_MAX_PIXELS`` (clicking-group runs,
+which compute clickability maps: ``EVAL_GROUP_INLINE_MAX_PIXELS``); clients poll the run meanwhile.
+Every step is committed, so a server restart or a client reconnect resumes where it stopped. The time budget
+``max_time_s`` means what it means locally, the method's time (the client's ``get_clicks`` -> ``submit_masks``),
+bounded by the server's clock (from serving the clicks to receiving the mask): the network never counts.
 """
 
 from __future__ import annotations
@@ -20,17 +20,20 @@ import base64
 import binascii
 import functools
 import hashlib
+import io
 import logging
 import math
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
+from PIL import Image as PILImage
 
 from benchmark.clickability.click_model import BASELINE_NAMES, load_click_model
 from benchmark.clickers import DEFAULT_GROUP_BOUNDS, BaselineClicker, GroupClicker, Round1Cache
@@ -46,7 +49,8 @@ from segmenters.base import Click
 from tasks import names as task_names
 
 from .conf import limit
-from .models import EvaluationKey, EvaluationRow, EvaluationRun
+from .models import EvaluationKey, EvaluationRow, EvaluationRun, PublishedBenchmark
+from .protocol import ProtocolMismatch, run_config
 
 logger = logging.getLogger(__name__)
 State = EvaluationRun.State
@@ -67,6 +71,26 @@ class EvalError(Exception):
 
 
 # --------------------------------------------------------------------------------------------------
+# health
+
+
+def health() -> tuple[int, dict]:
+    """(status, body) of ``GET /api/eval/health/``: 200 when the database answers, else 503."""
+    from benchmark.provenance import code_version
+
+    body = {"service": "clicklab-evaluation", "api_version": 1, "code_version": code_version()}
+    try:
+        slugs = list(PublishedBenchmark.objects.order_by("slug").values_list("slug", flat=True)[:100])
+    except DatabaseError as exc:
+        return 503, {
+            **body,
+            "status": "unavailable",
+            "database": f"unavailable ({type(exc).__name__}); try again shortly",
+        }
+    return 200, {**body, "status": "ok", "database": "ok", "benchmarks": slugs}
+
+
+# --------------------------------------------------------------------------------------------------
 # keys
 
 
@@ -81,17 +105,49 @@ def create_key(*, user, name: str = "") -> tuple[EvaluationKey, str]:
     return key, raw
 
 
+# hash -> (monotonic time of the lookup, the key with its user): a run's every request is authenticated, and a
+# query per request was a fifth of a submission's database round trips (bench/bench_eval_remote.py)
+_known_keys: dict[str, tuple[float, EvaluationKey]] = {}
+_known_keys_lock = threading.Lock()
+
+
 def key_lookup(raw: str) -> EvaluationKey | None:
+    """The valid key ``raw`` is (its user active, not revoked), else None. A valid key is remembered by this
+    process for ``EVAL_KEY_CACHE_S`` seconds: a key revoked elsewhere stops working within that time (at once
+    in the process that revoked it, :func:`key_revoke`)."""
+    digest, now = key_hash(raw), time.monotonic()
+    known = _known_keys.get(digest)
+    if known is not None and now - known[0] < limit("EVAL_KEY_CACHE_S"):
+        return known[1]
     key = (
         EvaluationKey.objects.select_related("user")
-        .filter(key_hash=key_hash(raw), revoked_at__isnull=True, user__is_active=True)
+        .filter(key_hash=digest, revoked_at__isnull=True, user__is_active=True)
         .first()
     )
     if key is not None and (
         key.last_used_at is None or timezone.now() - key.last_used_at > timedelta(minutes=1)
     ):
         EvaluationKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    with _known_keys_lock:
+        if len(_known_keys) > 10_000:
+            _known_keys.clear()
+        if key is None:
+            _known_keys.pop(digest, None)
+        else:
+            _known_keys[digest] = (now, key)
     return key
+
+
+def key_revoke(*, user, key_id: int) -> int:
+    """Revoke ``user``'s key ``key_id`` (refused from now on in this process, within ``EVAL_KEY_CACHE_S``
+    everywhere); returns how many keys were revoked (0 or 1)."""
+    revoked = EvaluationKey.objects.filter(pk=key_id, user=user, revoked_at__isnull=True)
+    hashes = list(revoked.values_list("key_hash", flat=True))
+    count = revoked.update(revoked_at=timezone.now())
+    with _known_keys_lock:
+        for digest in hashes:
+            _known_keys.pop(digest, None)
+    return count
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,6 +196,20 @@ def sample_image(instance: Instance) -> np.ndarray:
     if picture.shape[:2] != (image.height, image.width):
         picture = resize_long_side(picture, max(image.width, image.height))
     return picture
+
+
+@functools.lru_cache(maxsize=4)
+def sample_image_png(instance_id: int) -> bytes:
+    """The PNG a client downloads for an instance's image (:func:`sample_image`, lossless); cached per process:
+    every group of an instance, and every instance of an image, is served the same bytes."""
+    instance = Instance.objects.select_related("image").filter(pk=instance_id).first()
+    if instance is None:
+        raise EvalError(
+            409, "sample_gone", f"instance {instance_id} of this run was deleted; start a new run."
+        )
+    buffer = io.BytesIO()
+    PILImage.fromarray(sample_image(instance)).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -231,12 +301,36 @@ def _run_settings(data: dict) -> tuple[str, int, float | None, float, list[float
     return clicker, max_clicks, max_time_s, threshold, targets, seed, method
 
 
+def _benchmark(slug) -> PublishedBenchmark | None:
+    """The published benchmark a create request names (``benchmark``), None when it names none."""
+    if slug is None:
+        return None
+    found = (
+        PublishedBenchmark.objects.select_related("dataset").filter(slug=slug).first()
+        if isinstance(slug, str)
+        else None
+    )
+    if found is None:
+        slugs = ", ".join(PublishedBenchmark.objects.values_list("slug", flat=True)[:20]) or "none published"
+        raise EvalError(
+            400, "unknown_benchmark", f"benchmark={slug!r} is not published here; published: {slugs}."
+        )
+    return found
+
+
 def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str = "") -> EvaluationRun:
-    """A new run on a dataset (idempotent per ``create_key``); its first interaction is prepared."""
+    """A new run on a dataset, or on a published benchmark (``benchmark``: its protocol applies, and a value sent
+    that differs from it is a 400 naming it); idempotent per ``create_key``; its first interaction is prepared."""
     if create_key:
         existing = EvaluationRun.objects.filter(owner=user, create_key=create_key).first()
         if existing is not None:
             return existing
+    benchmark = _benchmark(data.get("benchmark"))
+    if benchmark is not None:
+        try:
+            data = run_config(benchmark, data)
+        except ProtocolMismatch as exc:
+            raise EvalError(400, "protocol_mismatch", str(exc)) from None
     name = data.get("dataset")
     dataset = Dataset.objects.filter(name=name).first() if isinstance(name, str) else None
     if dataset is None:
@@ -276,8 +370,8 @@ def create_run(*, user, key: EvaluationKey | None, data: dict, create_key: str =
             owner=user, key=key, create_key=create_key[:100], dataset=dataset, method=method,
             session_id=secrets.token_hex(8), clicker=clicker, max_clicks=max_clicks, max_time_s=max_time_s,
             threshold=threshold, target_ious=targets, stop_at_target=data.get("stop_at_target", False),
-            seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING,
-            click_model=click_model, group_bounds=group_bounds,
+            seed=seed, shuffle=data.get("shuffle", False), units=units, state=State.PREPARING, rows_written=0,
+            click_model=click_model, group_bounds=group_bounds, benchmark=benchmark,
             expires_at=timezone.now() + timedelta(seconds=limit("EVAL_RUN_TTL_S")),
         )  # fmt: skip
         dispatch(run)
@@ -323,10 +417,26 @@ def _pixels_of_unit(run: EvaluationRun, index: int) -> int:
     return width * height
 
 
-def dispatch(run: EvaluationRun) -> None:
+#: What changes on a run after its creation: a step saves only these (its configuration and visiting order,
+#: ``units``, which is long for a group run, are written once, by the create).
+STEP_FIELDS = [
+    "state", "unit_index", "round", "clicks", "last_clicks", "new_sample", "unit_done", "elapsed_s", "pred_png",
+    "logits", "clicker_state", "interaction", "next_key", "served_at", "served", "pending", "pending_png",
+    "pending_logits", "submit_key", "last_result", "error", "summary", "instance_values", "scored_async",
+    "server_seconds", "rows_written", "updated_at", "finished_at",
+]  # fmt: skip
+
+
+def save_step(run: EvaluationRun) -> None:
+    deferred = run.get_deferred_fields()  # the logits a request did not load (nor set) stay as they are
+    run.save(update_fields=[name for name in STEP_FIELDS if name not in deferred])
+
+
+def dispatch(run: EvaluationRun, *, save: bool = True) -> None:
     """Do the locked run's pending work now, in its transaction (small samples), or hand it to a Celery
-    worker once the transaction commits (large ones, and clicking-group runs, whose clickability maps are
-    computed there); saves the run."""
+    worker once the transaction commits (large ones: ``EVAL_INLINE_MAX_PIXELS``, and for clicking-group runs,
+    whose clickability maps cost more, ``EVAL_GROUP_INLINE_MAX_PIXELS``); saves the run unless ``save`` is
+    False (the caller saves it once, with what else it changed)."""
     index = run.unit_index if run.unit_index >= 0 else 0
     pixels = _pixels_of_unit(run, index)
     if pixels > limit("EVAL_INLINE_MAX_PIXELS") or (
@@ -336,7 +446,8 @@ def dispatch(run: EvaluationRun) -> None:
         task_intent_add(name=task_names.EVALUATION_PROCESS_RUN, args=[str(run.pk)])
     else:
         _process(run)
-    run.save()
+    if save:
+        save_step(run)
 
 
 def expire_due(run_id=None) -> int:
@@ -367,18 +478,19 @@ def process_run(run_id, *, asynchronous: bool = False) -> None:
         if run is None or run.state != State.PREPARING:
             return  # done already (a redelivered task) or gone
         _process(run, asynchronous=asynchronous)
-        run.save()
+        save_step(run)
 
 
 def _process(run: EvaluationRun, *, asynchronous: bool = False) -> None:
     """The work of ``preparing`` on a locked run (the caller saves it)."""
     started = time.perf_counter()
+    run._new_rows = []  # the report rows of this step, written once the whole step succeeded
     try:
-        with transaction.atomic():  # a savepoint: a failure leaves no half-written report rows
-            if run.pending is not None:
-                _score(run)
-                run.scored_async += int(asynchronous)
-            _prepare_next(run)
+        if run.pending is not None:
+            _score(run)
+            run.scored_async += int(asynchronous)
+        _prepare_next(run)
+        _write_rows(run)
     except EvalError as exc:
         run.state, run.error = State.FAILED, exc.message
     except Exception as exc:  # a bug or broken files: fail the run visibly instead of leaving it hanging
@@ -423,6 +535,7 @@ def _prepare_next(run: EvaluationRun) -> None:
             return
         run.clicks, run.last_clicks, run.round, run.elapsed_s = [], [], 0, 0.0
         run.unit_done, run.new_sample, run.pred_png, run.clicker_state = False, True, None, None
+        run.logits = None
 
 
 def _next_clicks(run: EvaluationRun) -> list[Click]:
@@ -535,12 +648,13 @@ def _score(run: EvaluationRun) -> None:
     else:
         pred = decode_png(bytes(run.pending_png), shape=truth.shape)
     run.round += 1
-    run.elapsed_s += pending["server_timing_s"]
+    run.elapsed_s += pending["timing_s"]  # the method's time (bounded by the server's clock at the submit)
     if run.max_time_s is not None and run.elapsed_s > run.max_time_s:
         run.unit_done = True
         value, status = float("nan"), "timed_out"
     else:
         run.pred_png = bytes(run.pending_png)
+        run.logits = None if run.pending_logits is None else bytes(run.pending_logits)
         value, status = iou(pred, truth.gt, truth.ignore), "accepted"
         if len(run.clicks) >= run.max_clicks or (run.stop_at_target and value >= max(run.target_ious)):
             run.unit_done = True
@@ -549,13 +663,14 @@ def _score(run: EvaluationRun) -> None:
         "interaction": pending["interaction"], "status": status, "iou": None if math.isnan(value) else value,
         "round": run.round, "clicks": len(run.clicks),
     }  # fmt: skip
-    run.pending, run.pending_png = None, None
+    run.pending, run.pending_png, run.pending_logits = None, None, None
 
 
 def _record(run: EvaluationRun, truth: _Truth, value: float, pending: dict, status: str) -> None:
-    position = run.rows.count()
+    """The rows of the scored round, kept on ``run._new_rows`` for :func:`_process` to write."""
+    position = run.rows_written if run.rows_written is not None else run.rows.count()  # older runs: count
     first_index = len(run.clicks) - len(run.last_clicks)
-    EvaluationRow.objects.bulk_create(
+    run._new_rows.extend(
         EvaluationRow(
             run=run,
             position=position + offset,
@@ -612,7 +727,16 @@ def _no_nan(value):
     return value
 
 
+def _write_rows(run: EvaluationRun) -> None:
+    """Write the rows :func:`_record` kept (once the next clicks are made: a failure before leaves none)."""
+    rows, run._new_rows = getattr(run, "_new_rows", []), []
+    if rows:
+        EvaluationRow.objects.bulk_create(rows)
+        run.rows_written = (run.rows_written or 0) + len(rows)
+
+
 def _finish(run: EvaluationRun) -> None:
+    _write_rows(run)  # the last round's rows belong in the summary
     # The local session's own summary code, on the stored rows, so both summaries are computed alike.
     group = (
         {"click_model": run.click_model, "group_bounds": run.group_bounds} if run.clicker == "group" else {}
@@ -626,11 +750,18 @@ def _finish(run: EvaluationRun) -> None:
         # per-instance NoC@85/90 and IoU-AuC: what the leaderboard's ΔSB/ΔGR/ΔHH are computed from
         run.instance_values = _no_nan(session_values(helper.get_report(), max_clicks=run.max_clicks))
     run.state, run.finished_at = State.FINISHED, timezone.now()
-    run.last_clicks, run.pred_png = [], None
+    run.last_clicks, run.pred_png, run.logits = [], None, None
 
 
 def locked_run(run_id, user) -> EvaluationRun:
-    run = EvaluationRun.objects.select_for_update().filter(pk=run_id, owner=user).first()
+    """The user's run, locked for this transaction. The stored logits (up to megabytes) are not read: a step
+    only replaces them (``runs/{id}/previous/`` reads them)."""
+    run = (
+        EvaluationRun.objects.select_for_update()
+        .defer("logits", "pending_logits")
+        .filter(pk=run_id, owner=user)
+        .first()
+    )
     if run is None:
         raise EvalError(404, "unknown_run", f"run {run_id} does not exist or is not yours.")
     return run
@@ -667,8 +798,8 @@ def _resend_if_stuck(run: EvaluationRun) -> None:
         run.save(update_fields=["updated_at"])
 
 
-def _serve(run: EvaluationRun, idempotency_key: str) -> dict:
-    """Serve the prepared interaction of a locked ``ready`` run (saves it)."""
+def _serve(run: EvaluationRun, idempotency_key: str, *, save: bool = True) -> dict:
+    """Serve the prepared interaction of a locked ``ready`` run (saves it unless ``save`` is False)."""
     truth = _truth(run.units[run.unit_index][0])
     width, height = _size(run.units[run.unit_index][0])
     run.interaction += 1
@@ -689,11 +820,12 @@ def _serve(run: EvaluationRun, idempotency_key: str) -> dict:
         timezone.now(),
     )
     run.next_key = idempotency_key[:100]
-    run.save()
+    if save:
+        save_step(run)
     return payload
 
 
-def _then_next(run: EvaluationRun, data: dict, submit_key: str) -> dict | None:
+def _then_next(run: EvaluationRun, data: dict, submit_key: str, *, save: bool = True) -> dict | None:
     """With ``then_next``, a submission's answer also carries the next interaction (one request per
     interaction instead of two); a retried submission gets the same one."""
     if data.get("then_next") is not True:
@@ -702,7 +834,7 @@ def _then_next(run: EvaluationRun, data: dict, submit_key: str) -> dict | None:
     if run.state == State.FINISHED:
         return {"done": True, "run": str(run.pk)}
     if run.state == State.READY:
-        return _serve(run, key)
+        return _serve(run, key, save=save)
     if run.state == State.AWAITING_MASK and key and run.next_key == key:
         return run.served
     return None
@@ -726,6 +858,32 @@ def decode_submission(data: dict, shape: tuple[int, int]) -> np.ndarray:
         return decode_rle(data["mask_rle"], shape=shape)
     except MaskFormatError as exc:
         raise EvalError(400, "invalid_mask", str(exc)) from None
+
+
+def decode_logits(data: dict) -> bytes | None:
+    """The ``logits`` of a submission (base64 of the client's ``benchmark.statecodec`` bytes), or None."""
+    raw = data.get("logits")
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise EvalError(400, "invalid_logits", "logits must be a base64 string (benchmark.statecodec bytes).")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise EvalError(400, "invalid_logits", "logits is not valid base64.") from None
+
+
+def previous_prediction(run: EvaluationRun) -> dict:
+    """What the run's current sample submitted last (its accepted prediction): the mask as a base64 PNG and the
+    logits sent with it (base64, or null when none were sent). A client resumed in a new process passes them
+    back as ``previous_logits``. These are the client's own predictions, never the ground truth."""
+    has_sample = run.state in (State.READY, State.AWAITING_MASK) and run.round > 0 and run.pred_png
+    return {
+        "sample_index": run.unit_index,
+        "round": run.round if has_sample else 0,
+        "prediction_png": base64.b64encode(bytes(run.pred_png)).decode("ascii") if has_sample else None,
+        "logits": base64.b64encode(bytes(run.logits)).decode("ascii") if has_sample and run.logits else None,
+    }
 
 
 def _submit(*, run_id, user, data: dict, idempotency_key: str = "") -> tuple[int, dict]:
@@ -763,16 +921,26 @@ def _submit(*, run_id, user, data: dict, idempotency_key: str = "") -> tuple[int
             )
         truth = _truth(run.units[run.unit_index][0])
         pred = decode_submission(data, truth.shape)
+        logits = decode_logits(data)
         server_timing = (timezone.now() - run.served_at).total_seconds()
         run.pending = {
             "interaction": run.interaction,
-            "timing_s": float(timing),
+            # max_time_s counts the method's time, as the local session does: the client's perf_counter from
+            # get_clicks to submit_masks. It cannot exceed what the server saw pass between serving the clicks
+            # and receiving the mask (which also holds both transfers), so that bounds it.
+            "timing_s": min(float(timing), server_timing),
             "server_timing_s": server_timing,
         }
-        run.pending_png, run.submit_key, run.state = encode_png(pred), idempotency_key[:100], State.PREPARING
+        # the client's PNG, checked by the decode, is kept as it came (an RLE is stored as a PNG)
+        png = base64.b64decode(data["mask_png"]) if data.get("mask_png") is not None else encode_png(pred)
+        run.pending_png, run.submit_key, run.state = png, idempotency_key[:100], State.PREPARING
+        run.pending_logits = logits
         run._decoded = (run.pending_png, pred)
-        dispatch(run)
-        following = _then_next(run, data, idempotency_key) if run.state != State.PREPARING else None
+        dispatch(run, save=False)
+        following = (
+            _then_next(run, data, idempotency_key, save=False) if run.state != State.PREPARING else None
+        )
+        save_step(run)  # one write of the run per submission
     if run.state == State.PREPARING:
         return 202, {"status": "scoring", "interaction": run.interaction}
     if run.state == State.FAILED:

@@ -1,13 +1,13 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
 
 from . import views
+from .schema import CachedSchemaView
 
 app_name = "evaluation_api"
 urlpatterns = [
     path(
         "schema/",
-        SpectacularAPIView.as_view(
+        CachedSchemaView.as_view(
             urlconf="evaluation.schema_urls",
             custom_settings={
                 "TITLE": "Clicklab evaluation API",
@@ -18,7 +18,9 @@ urlpatterns = [
         ),
         name="schema",
     ),  # fmt: skip
+    path("health/", views.Health.as_view(), name="health"),
     path("keys/", views.KeyListCreate.as_view(), name="keys"),
+    path("local-runs/", views.LocalRunListCreate.as_view(), name="local-runs"),
     path("datasets/", views.DatasetList.as_view(), name="datasets"),
     path("runs/", views.RunListCreate.as_view(), name="runs"),
     path("runs/<uuid:run_id>/", views.RunDetail.as_view(), name="run"),
@@ -27,6 +29,7 @@ urlpatterns = [
     path(
         "runs/<uuid:run_id>/samples/<int:index>/image.png", views.SampleImage.as_view(), name="sample-image"
     ),
+    path("runs/<uuid:run_id>/previous/", views.RunPrevious.as_view(), name="run-previous"),
     path("runs/<uuid:run_id>/report/", views.RunReport.as_view(), name="run-report"),
     path("runs/<uuid:run_id>/summary/", views.RunSummary.as_view(), name="run-summary"),
 ]

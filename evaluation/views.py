@@ -3,27 +3,25 @@
 
 from __future__ import annotations
 
-import io
 import math
 
 from django.db.models import Count
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from PIL import Image as PILImage
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import ParseError
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.api.permissions import IsResearcher
-from collector.models import Dataset, Instance
+from collector.models import Dataset
 
-from . import serializers, services
+from . import publishing, serializers, services
 from .auth import EvaluationKeyAuthentication, EvaluationRateThrottle
 from .conf import limit
-from .models import EvaluationKey, EvaluationRun
+from .models import EvaluationKey, EvaluationRun, LocalRun
 from .parsers import EvalJSONParser
 
 ERRORS = {code: OpenApiResponse(serializers.ErrorSerializer) for code in (400, 401, 404, 409, 410, 429)}
@@ -72,6 +70,19 @@ class EvalView(APIView):
         if run is None:
             raise services.EvalError(404, "unknown_run", f"run {run_id} does not exist or is not yours.")
         return run
+
+
+class Health(APIView):
+    """Is this an evaluation server that takes runs now: its service name, API and code version, and whether its
+    database answers (503 when not). No key needed; the remote session asks it first, as DAVIS's client does."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: serializers.HealthSerializer, 503: serializers.HealthSerializer})
+    def get(self, request):
+        status, body = services.health()
+        return Response(body, status=status)
 
 
 class KeyListCreate(EvalView):
@@ -176,10 +187,7 @@ class SampleImage(EvalView):
         if not 0 <= index <= min(run.unit_index, len(run.units) - 1):
             raise services.EvalError(404, "unknown_sample",
                                      f"sample {index} of run {run_id} has not been reached (current: {run.unit_index}).")  # fmt: skip
-        instance = Instance.objects.select_related("image").get(pk=run.units[index][0])
-        buffer = io.BytesIO()
-        PILImage.fromarray(services.sample_image(instance)).save(buffer, format="PNG", compress_level=1)
-        response = HttpResponse(buffer.getvalue(), content_type="image/png")
+        response = HttpResponse(services.sample_image_png(run.units[index][0]), content_type="image/png")
         response["Cache-Control"] = "private, max-age=3600"
         return response
 
@@ -194,6 +202,33 @@ class RunReport(EvalView):
             if isinstance(row["iou"], float) and math.isnan(row["iou"]):
                 row["iou"] = None
         return Response(rows)
+
+
+class RunPrevious(EvalView):
+    """The current sample's last accepted prediction: your mask and the logits you sent with it (a client resumed
+    in a new process passes them back to the method as ``previous_logits``)."""
+
+    @extend_schema(responses={200: serializers.PreviousSerializer, **ERRORS})
+    def get(self, request, run_id):
+        return Response(services.previous_prediction(self.run(run_id)))
+
+
+class LocalRunListCreate(EvalView):
+    """Your published local runs; POST publishes one: a ``benchmark run`` folder's summary.json (and timing.json),
+    to a published benchmark (its protocol checked) or to your own board. Shown as "local, unverified"."""
+
+    @extend_schema(responses={200: serializers.LocalRunSerializer(many=True)})
+    def get(self, request):
+        runs = LocalRun.objects.filter(owner=request.user).select_related("benchmark")[:200]
+        return Response(serializers.LocalRunSerializer(runs, many=True).data)
+
+    @extend_schema(request=serializers.LocalRunCreateSerializer,
+                   responses={200: serializers.LocalRunSerializer, 201: serializers.LocalRunSerializer, **ERRORS})  # fmt: skip
+    def post(self, request):
+        body = self.body()
+        local, created = publishing.local_run_publish(user=request.user, key=self.key(), summary=body.get("summary"),
+                                                      timing=body.get("timing"), benchmark_slug=body.get("benchmark"))  # fmt: skip
+        return Response(serializers.LocalRunSerializer(local).data, status=201 if created else 200)
 
 
 class RunSummary(EvalView):

@@ -143,3 +143,34 @@ def test_report_names_the_checkpoint_of_a_weighted_model_and_marks_a_weight_free
     markdown = (out / "report.md").read_text()
     assert markdown.splitlines()[0].endswith("| Dataset hash | Checkpoint sha256 |")
     assert f"| {digest} |" in markdown and "| - |" in markdown
+
+
+def test_a_run_reports_quality_against_time_beside_the_per_click_curve(tiny_dataset, tmp_path, capsys):
+    """Issue 33.2: mIoU against the method's time and its AUC, for Base and the groups: in timing.json (wall
+    times), timing.csv, a plot beside miou_vs_clicks.png and the printed report; summary.json stays free of
+    wall times and records the code version."""
+    from benchmark.provenance import code_version
+
+    out = tmp_path / "runs"
+    argv = ["run", "--method", "embedded", "--option", "work_long_side_px=48", "--dataset", str(tiny_dataset.root),
+            "--click-model", "dt", "--groups", "2", "--max-clicks", "3", "--heatmaps", "0", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    run_dir = next(out.glob("embedded/*"))
+    timing = json.loads((run_dir / "timing.json").read_text())
+    for key in ("base", "sample"):
+        curve = timing[f"time_curve_{key}"]
+        assert (
+            len(curve["seconds"]) == len(curve["miou"]) == 4 and curve["seconds"][0] == curve["miou"][0] == 0
+        )
+        assert (
+            all(b >= a for a, b in zip(curve["seconds"], curve["seconds"][1:])) and curve["seconds"][-1] > 0
+        )
+        assert 0 <= timing[f"time_auc_{key}"] <= 1
+    assert (run_dir / "miou_vs_time.png").stat().st_size > 1000 and (run_dir / "miou_vs_clicks.png").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert not {k for k in summary if k.startswith("time_")} and summary["code_version"] == code_version()
+    assert summary["click_model"] == "dt"
+    row = pd.read_csv(out / "timing.csv").iloc[0]
+    assert row["Base mIoU-time AuC"] == pytest.approx(timing["time_auc_base"])
+    assert "mIoU against method time, AUC: Base" in capsys.readouterr().out

@@ -56,3 +56,18 @@ def test_iou_auc_and_miou_curve_by_hand():
     curve = miou_curve([np.array([0.2, 0.4, 0.6]), np.array([0.4, 0.8])])
     np.testing.assert_allclose(curve, [0.3, 0.6])
     assert miou_at(curve, (1, 2, 3)) == {1: pytest.approx(0.3), 2: pytest.approx(0.6)}
+
+
+def test_quality_time_curve_by_hand():
+    from benchmark.metrics import quality_time_curve
+
+    ious = np.array([[0.5, 0.9, np.nan], [0.1, 0.3, 0.7]])  # the first trajectory stopped after 2 clicks
+    seconds = np.array([[2.0, 1.0, np.nan], [1.0, 1.0, 1.0]])
+    curve = quality_time_curve(ious, seconds)
+    assert curve["seconds"] == [0.0, 1.5, 2.5, 3.0]
+    assert curve["miou"] == pytest.approx([0.0, 0.3, 0.6, 0.8])
+    area = 1.5 * 0.15 + 1.0 * 0.45 + 0.5 * 0.7
+    assert curve["auc"] == pytest.approx(area / 3.0)
+    assert np.isnan(quality_time_curve(ious, np.zeros_like(ious))["auc"])
+    with pytest.raises(ValueError, match="equal"):
+        quality_time_curve(ious, seconds[:, :2])

@@ -86,6 +86,15 @@ def test_summary_numbers_for_perfect_and_empty_masks(tiny_dataset, tmp_path):
     assert summary["iou_auc"] == pytest.approx(0.5)
     assert json.loads((tmp_path / "summary.json").read_text())["seed"] == 0
     assert (tmp_path / "out" / f"clicksession_{sess.session_id}.csv").is_file()
+    # quality against the caller's time beside the per-click curve: the report's own timings, summed per sample
+    report = sess.get_report()
+    per_sample = report.groupby("sample_id")["timing_s"].apply(lambda t: np.cumsum(t.to_numpy()))
+    expected = np.mean(np.stack(per_sample.to_list()), axis=0)
+    assert summary["time_curve"]["seconds"] == pytest.approx([0.0, *expected])
+    assert summary["time_curve"]["miou"] == [0.0, 0.5, 0.5, 0.5]
+    span = expected[-1]
+    area = expected[0] * 0.25 + (span - expected[0]) * 0.5
+    assert summary["time_auc"] == pytest.approx(area / span)
 
 
 def test_late_submission_gets_a_status_and_ends_the_sample(tiny_dataset):

@@ -25,6 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "annotation_ui": {"collector.services", "collector.selectors", "collector.models", "collector.platforms"},
     "evaluation": {
         "collector.models",
+        "collector.selectors.datasets",
         "collector.services.outbox",
         "collector.researcher.access",
         "collector.api.permissions",

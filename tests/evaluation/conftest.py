@@ -46,17 +46,27 @@ def eval_key(researcher) -> str:
 
 @pytest.fixture
 def wsgi_transport():
-    """httpx straight into the Django app; like Django's test client, requests keep the test's DB connection."""
+    """httpx straight into the Django app; like Django's test client, requests keep the test's DB connection
+    (each request runs with Django's close_old_connections disconnected, as the test client's do, so the two
+    can be used in either order)."""
     import httpx
     from django.core.signals import request_finished, request_started
     from django.core.wsgi import get_wsgi_application
     from django.db import close_old_connections
 
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    yield httpx.WSGITransport(app=get_wsgi_application())
-    request_started.connect(close_old_connections)
-    request_finished.connect(close_old_connections)
+    class KeepConnection(httpx.WSGITransport):
+        def handle_request(self, request):
+            request_started.disconnect(close_old_connections)
+            request_finished.disconnect(close_old_connections)
+            try:
+                response = super().handle_request(request)
+                response.read()
+                return response
+            finally:
+                request_started.connect(close_old_connections)
+                request_finished.connect(close_old_connections)
+
+    return KeepConnection(app=get_wsgi_application())
 
 
 @pytest.fixture
@@ -96,5 +106,6 @@ def _fresh_sample_caches():
 def clear_sample_caches(services) -> None:
     """Forget what a server process caches per instance (GT, sizes, images, round-1 maps and caches, click models)."""
     for cached in (services._truth, services._size, services._image, services._first_round,
-                   services._click_model):  # fmt: skip
+                   services._click_model, services.sample_image_png):  # fmt: skip
         cached.cache_clear()
+    services._known_keys.clear()

@@ -165,7 +165,22 @@ BAD = {
     "no mask": (lambda s: {}, 400, "invalid_mask", "exactly one"),
     "wrong sample (old interaction)": (lambda s: {"interaction": 0, "mask_png": png_b64(np.zeros(s, bool))}, 409, "wrong_interaction", "awaits the mask of interaction 1"),
     "negative timing": (lambda s: {"timing_s": -1, "mask_png": png_b64(np.zeros(s, bool))}, 400, "invalid_timing", "timing_s"),
+    "logits not base64": (lambda s: {"logits": "%%%", "mask_png": png_b64(np.zeros(s, bool))}, 400, "invalid_logits", "base64"),
+    "logits not a string": (lambda s: {"logits": [1, 2], "mask_png": png_b64(np.zeros(s, bool))}, 400, "invalid_logits", "base64 string"),
 }  # fmt: skip
+
+
+def test_a_claimed_time_beyond_the_servers_clock_counts_as_the_servers(api, eval_dataset):
+    """max_time_s counts the client's method time, bounded by what the server saw pass (serve -> submit)."""
+    from evaluation.models import EvaluationRow
+
+    run_id = start(api, max_time_s=3600)
+    served = serve(api, run_id)
+    shape = (served["sample"]["height"], served["sample"]["width"])
+    body = {"interaction": 1, "timing_s": 5000.0, "mask_png": png_b64(np.zeros(shape, bool))}
+    assert api.post(f"/api/eval/runs/{run_id}/submit/", body, format="json").status_code == 200
+    row = EvaluationRow.objects.get(run_id=run_id)
+    assert row.timing_s == row.server_timing_s < 60, (row.timing_s, row.server_timing_s)
 
 
 def test_bad_submissions_are_4xx_naming_the_problem_and_change_nothing(api, eval_dataset):
@@ -255,3 +270,28 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
     settings.EVAL_RATE_LIMIT = "3/min"
     statuses = [api.get(f"/api/eval/runs/{run_id}/").status_code for _ in range(4)]
     assert statuses == [200, 200, 200, 429]
+
+
+def test_a_revoked_key_is_refused_at_once_where_it_was_revoked_and_within_the_cache_time_elsewhere(
+    api, eval_dataset, eval_key, researcher, client, settings
+):
+    from django.utils import timezone
+
+    from evaluation.models import EvaluationKey
+    from evaluation.services import create_key
+
+    settings.EVAL_KEY_CACHE_S = 30
+    assert api.get("/api/eval/datasets/").status_code == 200  # looked up once, then remembered
+    EvaluationKey.objects.filter(user=researcher).update(revoked_at=timezone.now())  # "another process"
+    assert api.get("/api/eval/datasets/").status_code == 200  # within EVAL_KEY_CACHE_S: still known here
+    settings.EVAL_KEY_CACHE_S = 0
+    refused = api.get("/api/eval/datasets/")
+    assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
+
+    settings.EVAL_KEY_CACHE_S = 30
+    other, raw = create_key(user=researcher, name="second")
+    api.credentials(HTTP_AUTHORIZATION=f"EvalKey {raw}")
+    assert api.get("/api/eval/datasets/").status_code == 200
+    client.force_login(researcher)
+    client.post(f"/eval/keys/{other.pk}/revoke/")  # revoked through the page, in this process
+    assert api.get("/api/eval/datasets/").status_code == 401

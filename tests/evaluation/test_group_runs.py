@@ -68,12 +68,16 @@ def remote(eval_key, wsgi_transport, **config):
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
 def test_group_runs_served_remotely_give_the_local_sessions_report_and_summary(
-    groupset, eval_key, wsgi_transport, fast_predictor, celery_worker
+    groupset, eval_key, wsgi_transport, fast_predictor, celery_worker, settings
 ):
     import cv2
 
     from benchmark.session import ClickSession
     from evaluation.models import EvaluationRun
+
+    settings.EVAL_GROUP_INLINE_MAX_PIXELS = (
+        0  # every map and click in the Celery worker (large samples do that)
+    )
 
     def embedded_script(**where):  # the user's script, the same locally and against the server
         cv2.setRNGSeed(0)  # OpenCV's GrabCut draws from OpenCV's global RNG: the same draws both times
@@ -94,9 +98,14 @@ def test_group_runs_served_remotely_give_the_local_sessions_report_and_summary(
     assert set(local_report["group"]) == {"G1", "G2", "G3", "G4"}
     pd.testing.assert_frame_equal(local_report.drop(columns=VOLATILE), remote_report.drop(columns=VOLATILE))
     for summary in (local_summary, remote_summary):  # the client's own timing differs between the runs
-        summary.pop("session_id"), summary.pop("seconds_per_click")
+        (
+            summary.pop("session_id"),
+            summary.pop("seconds_per_click"),
+            summary.pop("time_curve"),
+            summary.pop("time_auc"),
+        )
         for group in summary["groups"].values():
-            group.pop("seconds_per_click")
+            group.pop("seconds_per_click"), group.pop("time_curve"), group.pop("time_auc")
     assert json.dumps(local_summary, sort_keys=True) == json.dumps(remote_summary, sort_keys=True)
     assert remote_summary["click_model"] == "sm" and remote_summary["group_bounds"] == [
         list(b) for b in BOUNDS
@@ -112,12 +121,13 @@ def test_group_runs_served_remotely_give_the_local_sessions_report_and_summary(
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
 def test_a_group_run_interrupted_by_a_client_crash_and_a_worker_restart_continues_with_the_same_clicks(
-    groupset, eval_key, wsgi_transport, celery_worker
+    groupset, eval_key, wsgi_transport, celery_worker, settings
 ):
     from benchmark.session import ClickSession
     from evaluation import services
     from evaluation.models import EvaluationRun
 
+    settings.EVAL_GROUP_INLINE_MAX_PIXELS = 0  # the maps and clicks in the worker, which then restarts
     predict = GtDisks(groupset)
     config = {**GROUP, "group_bounds": [(0.0, 0.5), (0.5, 1.0)]}  # two groups keep the test short
     where = remote(eval_key, wsgi_transport, **config)
@@ -151,7 +161,6 @@ def test_the_server_does_round_one_once_per_instance_and_gives_the_local_clicks(
     instance, not once per group. Scored in the request here, so this process does the work."""
     from benchmark import distance
 
-    settings.EVAL_GROUP_INLINE_MAX_PIXELS = 10**9
     predict = GtDisks(groupset)
     config = {**GROUP, "click_model": "ud", "max_clicks": 1}  # ud: a map that needs no transform itself
     local_report, _ = run_session(predict, dataset=groupset, **config)

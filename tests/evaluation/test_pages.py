@@ -49,12 +49,16 @@ def test_leaderboard_keys_and_public_page(client, researcher, eval_dataset, eval
     assert EvaluationKey.objects.filter(name="laptop").count() == 1
     assert raw not in client.get("/eval/leaderboard/").content.decode()  # shown once
 
-    client.post("/eval/publish/", {"dataset": eval_dataset.pk, "title": "GrabCut subset"})
+    client.post("/eval/publish/", {"dataset": eval_dataset.pk, "title": "GrabCut subset", "max_clicks": 2})
     client.logout()
     public = client.get("/eval/b/grabcut-subset/")
-    assert (
-        public.status_code == 200
-        and "disk-model" in public.content.decode()
-        and "ek_" not in public.content.decode()
-    )
+    assert public.status_code == 200 and "No finished runs yet" in public.content.decode()  # none on it yet
+    with ClickSession(host="http://testserver", key=eval_key, transport=wsgi_transport, benchmark="grabcut-subset",
+                      method="disk-model-on-benchmark") as sess:  # fmt: skip
+        while sess.next():
+            sample, clicks, _ = sess.get_clicks()
+            sess.submit_masks(np.ones((sample.height, sample.width), bool))
+    public = client.get("/eval/b/grabcut-subset/").content.decode()
+    assert "disk-model-on-benchmark" in public and "disk-model<" not in public and "ek_" not in public
+    assert "server, verified" in public and "evaluator" in public  # the participant: the username by default
     assert client.get("/eval/b/nope/").status_code == 404

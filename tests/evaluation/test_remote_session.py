@@ -26,7 +26,12 @@ def assert_same(local, remote):
     pd.testing.assert_frame_equal(l_report.drop(columns=VOLATILE), r_report.drop(columns=VOLATILE))
     assert (r_report["session_id"] == r_summary["session_id"]).all()
     for summary in (l_summary, r_summary):
-        summary.pop("session_id"), summary.pop("seconds_per_click")
+        (
+            summary.pop("session_id"),
+            summary.pop("seconds_per_click"),
+            summary.pop("time_curve"),
+            summary.pop("time_auc"),
+        )
     assert json.dumps(l_summary, sort_keys=True) == json.dumps(r_summary, sort_keys=True)
     assert [(r.status, r.iou, r.round, r.clicks) for r in l_results] == [
         (r.status, r.iou, r.round, r.clicks) for r in r_results
@@ -97,3 +102,88 @@ def test_same_script_against_a_live_server_scoring_in_a_real_celery_worker(
     assert_same(local, remote)
     run = EvaluationRun.objects.get()
     assert run.state == "finished" and run.scored_async == 9, celery_worker.log()[-3000:]
+
+
+def readme_loop(predictor, **where):
+    """The benchmark README's loop: the Prediction is submitted whole, its logits fed back next round."""
+    from benchmark.session import ClickSession
+
+    with ClickSession(clicker="baseline", max_clicks=3, seed=0, **where) as sess:
+        while sess.next():
+            sample, clicks, is_new = sess.get_clicks(only_last=False)
+            if is_new:
+                embedding = predictor.encode(sample.load_image())
+            prediction = predictor.predict(embedding, clicks, sess.previous_logits)
+            sess.submit_masks(prediction)
+    return sess.get_report(), sess.get_global_summary()
+
+
+def test_the_readme_loop_with_previous_logits_gives_the_local_report_remotely(
+    grabcut3, eval_dataset, eval_key, wsgi_transport, fast_predictor
+):
+    local_ds = open_dataset(grabcut3, "grabcut")
+    local_report, local_summary = readme_loop(fast_predictor, dataset=local_ds)
+    remote_report, remote_summary = readme_loop(
+        fast_predictor, host="http://testserver", key=eval_key, transport=wsgi_transport, dataset="GrabCut"
+    )
+    pd.testing.assert_frame_equal(local_report.drop(columns=VOLATILE), remote_report.drop(columns=VOLATILE))
+    assert (
+        local_summary["noc"] == remote_summary["noc"]
+        and local_summary["miou_curve"] == remote_summary["miou_curve"]
+    )
+    # the logits matter to this method: leaving them out gives another report
+    from benchmark.session import ClickSession
+
+    with ClickSession(dataset=local_ds, clicker="baseline", max_clicks=3, seed=0) as sess:
+        while sess.next():
+            sample, clicks, is_new = sess.get_clicks()
+            if is_new:
+                embedding = fast_predictor.encode(sample.load_image())
+            sess.submit_masks(fast_predictor.predict(embedding, clicks, None))
+    assert not sess.get_report()["iou"].equals(local_report["iou"])
+
+
+class Latency(httpx.BaseTransport):
+    """A slow network: every request waits ``seconds`` before it reaches the server."""
+
+    def __init__(self, inner, seconds: float):
+        self.inner, self.seconds = inner, seconds
+
+    def handle_request(self, request):
+        import time
+
+        time.sleep(self.seconds)
+        return self.inner.handle_request(request)
+
+
+def test_max_time_s_is_the_methods_time_remotely_as_locally_not_the_networks(
+    grabcut3, eval_dataset, eval_key, wsgi_transport
+):
+    """A method taking 0.2 s a round under a 0.5 s budget: two rounds count, the third times out, on both sides,
+    although each remote round also spends 0.15 s on the network (the server's clock alone ends at round 2)."""
+    import time
+
+    from benchmark.session import ClickSession
+
+    local_ds = open_dataset(grabcut3, "grabcut")
+    shapes = {sample.key.image_stem: sample.load_masks()[0].shape for sample in local_ds.samples}
+
+    def timed(**where):
+        with ClickSession(clicker="baseline", max_clicks=5, max_time_s=0.5, seed=0, **where) as sess:
+            while sess.next():
+                sample, clicks, _ = sess.get_clicks()
+                time.sleep(0.2)  # the method
+                sess.submit_masks(np.zeros(shapes[sample.key.image_stem], bool))
+        return sess.get_report()
+
+    local = timed(dataset=local_ds)
+    remote = timed(
+        host="http://testserver", key=eval_key, dataset="GrabCut", transport=Latency(wsgi_transport, 0.15)
+    )
+    for report in (local, remote):
+        assert (
+            report.groupby("sample_id")["status"].apply(list).tolist()
+            == [["accepted", "accepted", "timed_out"]] * 3
+        )
+    pd.testing.assert_frame_equal(local.drop(columns=VOLATILE), remote.drop(columns=VOLATILE))
+    assert (remote["timing_s"] >= 0.2).all() and (remote["timing_s"] < 0.35).all()
