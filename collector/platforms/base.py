@@ -15,6 +15,35 @@ from decimal import Decimal
 
 _ADAPTERS: dict[str, type[PlatformAdapter]] = {}
 
+#: Time a platform's assignment leaves beyond our session's timeout: its clock starts when the worker takes the
+#: task on the platform (before our session starts), and after the batch the worker still has to submit there
+#: (paste the completion code into Toloka's form; MTurk's exit page posts to turkSubmitTo). A worker who
+#: finishes a batch just before it expires has this long for that.
+SUBMIT_ALLOWANCE_S = 600
+#: The least of it a study's own ``platform_config["assignment_max_duration_s"]`` must leave.
+SUBMIT_ALLOWANCE_MIN_S = 120
+
+
+def assignment_time_limit_s(*, study) -> int:
+    """The platform assignment's time limit: the session timeout plus ``SUBMIT_ALLOWANCE_S``, or the study's
+    ``platform_config["assignment_max_duration_s"]`` when set (:func:`assignment_time_limit_problems` checks it
+    leaves ``SUBMIT_ALLOWANCE_MIN_S``)."""
+    config = study.platform_config or {}
+    return int(config.get("assignment_max_duration_s", study.session_timeout_s + SUBMIT_ALLOWANCE_S))
+
+
+def assignment_time_limit_problems(*, study, platform: str) -> list[str]:
+    """[] or the sentence saying the study's assignment time limit leaves no time to submit on ``platform``."""
+    limit = assignment_time_limit_s(study=study)
+    if limit >= study.session_timeout_s + SUBMIT_ALLOWANCE_MIN_S:
+        return []
+    return [
+        f"platform_config.assignment_max_duration_s: {limit} s leaves a worker whose batch ends at the "
+        f"session timeout ({study.session_timeout_s} s) no time to submit on {platform}; use at least "
+        f"{study.session_timeout_s + SUBMIT_ALLOWANCE_MIN_S} s, or remove it for the default "
+        f"({study.session_timeout_s + SUBMIT_ALLOWANCE_S} s)."
+    ]
+
 
 @dataclass
 class FinishAction:

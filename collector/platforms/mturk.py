@@ -35,6 +35,8 @@ from .base import (
     PlatformCredentialsError,
     PlatformError,
     PlatformUnavailable,
+    assignment_time_limit_problems,
+    assignment_time_limit_s,
     register_adapter,
 )
 
@@ -93,7 +95,7 @@ def hit_params(
         "Reward": f"{Decimal(reward):.2f}",
         "MaxAssignments": int(max_assignments),
         "LifetimeInSeconds": int(config.get("pool_days", 30)) * 24 * 3600,
-        "AssignmentDurationInSeconds": int(config.get("assignment_max_duration_s", study.session_timeout_s)),
+        "AssignmentDurationInSeconds": assignment_time_limit_s(study=study),
         "AutoApprovalDelayInSeconds": int(config.get("review_days", 7)) * 24 * 3600,
         "Question": external_question_xml(url=url, frame_height_px=int(config.get("frame_height_px", 0))),
         "RequesterAnnotation": f"clicklab study {study.pk} {device}"[:255],
@@ -209,6 +211,10 @@ class MTurkAdapter(PlatformAdapter):
             device=device,
             return_info={"turk_submit_to": origin, "hit_id": hit},
         )
+
+    def launch_problems(self, *, study) -> list[str]:
+        """An assignment time limit that leaves the worker too little time to submit after the session's end."""
+        return assignment_time_limit_problems(study=study, platform="MTurk")
 
     def finish_action(self, *, session) -> FinishAction:
         submit_to = (session.platform_state or {}).get("turk_submit_to", "")

@@ -33,6 +33,8 @@ from .base import (
     PlatformCredentialsError,
     PlatformError,
     PlatformUnavailable,
+    assignment_time_limit_problems,
+    assignment_time_limit_s,
     register_adapter,
 )
 
@@ -44,13 +46,6 @@ _BATCH_SALT = "clicklab.toloka.batch.v1"
 CODE_PATTERN = r"^[0-9]+-[A-Z2-7]{10}$"
 #: Toloka pays in US dollars: a pool's ``reward_per_assignment`` is a number of dollars (issue 32 item 6).
 CURRENCY = "USD"
-#: Time a Toloka assignment leaves beyond our session's timeout: the assignment's clock starts when the worker
-#: takes the task on Toloka (before our session starts), and after the batch the worker still has to paste the
-#: completion code into Toloka's form and submit it. A worker who finishes a batch just before it expires has
-#: this long for that.
-SUBMIT_ALLOWANCE_S = 600
-#: The least of it a study's own ``platform_config["assignment_max_duration_s"]`` must leave.
-SUBMIT_ALLOWANCE_MIN_S = 120
 
 CLASSIC_MARKUP = """\
 <div class="clicklab-task">
@@ -184,14 +179,6 @@ def _call(what: str, fn, *args, **kwargs):
 # what we send
 
 
-def assignment_time_limit_s(*, study) -> int:
-    """The pools' ``assignment_max_duration_seconds``: the session timeout plus ``SUBMIT_ALLOWANCE_S``, or the
-    study's ``platform_config["assignment_max_duration_s"]`` when set (``launch_problems`` checks it leaves
-    ``SUBMIT_ALLOWANCE_MIN_S``)."""
-    config = study.platform_config or {}
-    return int(config.get("assignment_max_duration_s", study.session_timeout_s + SUBMIT_ALLOWANCE_S))
-
-
 def fast_submit_threshold_s(*, study) -> int:
     """90% of the shortest possible batch: every trial shows phases A, B and C before a click counts."""
     per_trial_ms = study.image_ms + study.phase_b_ms() + study.blocked_ms
@@ -320,14 +307,7 @@ class TolokaAdapter(PlatformAdapter):
                 f"would read the reward {study.reward_per_batch} as dollars); create the study in {CURRENCY} with "
                 "the reward converted at the rate you choose."
             )
-        limit = assignment_time_limit_s(study=study)
-        if limit < study.session_timeout_s + SUBMIT_ALLOWANCE_MIN_S:
-            problems.append(
-                f"platform_config.assignment_max_duration_s: {limit} s leaves a worker whose batch ends at the "
-                f"session timeout ({study.session_timeout_s} s) no time to submit the completion code on Toloka; "
-                f"use at least {study.session_timeout_s + SUBMIT_ALLOWANCE_MIN_S} s, or remove it for the default "
-                f"({study.session_timeout_s + SUBMIT_ALLOWANCE_S} s)."
-            )
+        problems += assignment_time_limit_problems(study=study, platform="Toloka (the completion code)")
         return problems
 
     # -- worker side ------------------------------------------------------------------------------

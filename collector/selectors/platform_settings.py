@@ -12,6 +12,7 @@ from django.conf import settings
 from collector.models import PlatformCampaign
 from collector.models.studies import Platform, Study
 from collector.platforms import get_adapter, toloka
+from collector.platforms.base import SUBMIT_ALLOWANCE_MIN_S, assignment_time_limit_s
 from collector.platforms.prolific import external_study_url
 
 
@@ -21,11 +22,6 @@ def _row(key: str, label: str, value, problem: str = "", *, url: str = "") -> di
 
 def _days(config: dict, key: str, default: int) -> str:
     return f"{config.get(key, default)} days" + ("" if key in config else " (default)")
-
-
-def _batch_time(study: Study, config: dict) -> dict:
-    seconds = config.get("assignment_max_duration_s", study.session_timeout_s)
-    return _row("assignment_max_duration_s", "Time a worker has for a batch", f"{seconds} s")
 
 
 def _common(study: Study, config: dict) -> list[dict]:
@@ -125,7 +121,7 @@ def _toloka(study: Study, config: dict, campaign: PlatformCampaign | None) -> li
         _row("task_suites_per_pool", "Task suites per pool", config.get("task_suites_per_pool", 1)),
         _row("pool_days", "Pools open for", _days(config, "pool_days", 30)),
         _row("review_days", "Accepted by Toloka after", _days(config, "review_days", 7)),
-        _toloka_time_limit(study, config),
+        _time_limit(study, config, platform="Toloka"),
         _row(
             "currency",
             "Currency of the reward",
@@ -139,21 +135,21 @@ def _toloka(study: Study, config: dict, campaign: PlatformCampaign | None) -> li
     return rows
 
 
-def _toloka_time_limit(study: Study, config: dict) -> dict:
-    """Toloka's assignment time limit: the session's timeout and the time left to submit the code."""
-    limit = toloka.assignment_time_limit_s(study=study)
+def _time_limit(study: Study, config: dict, *, platform: str) -> dict:
+    """The platform assignment's time limit: the session's timeout and the time left to submit."""
+    limit = assignment_time_limit_s(study=study)
     spare = limit - study.session_timeout_s
     problem = ""
-    if spare < toloka.SUBMIT_ALLOWANCE_MIN_S:
+    if spare < SUBMIT_ALLOWANCE_MIN_S:
         problem = (
-            f"A worker whose batch ends at the session timeout has {max(spare, 0)} s to submit the code; the "
-            f"launch refuses less than {toloka.SUBMIT_ALLOWANCE_MIN_S} s."
+            f"A worker whose batch ends at the session timeout has {max(spare, 0)} s to submit it; the "
+            f"launch refuses less than {SUBMIT_ALLOWANCE_MIN_S} s."
         )
     source = "" if "assignment_max_duration_s" in config else " (default)"
     return _row(
         "assignment_max_duration_s",
-        "Time a worker has for the Toloka task",
-        f"{limit} s{source}: the batch's {study.session_timeout_s} s, then {spare} s to submit the code",
+        f"Time a worker has for the {platform} task",
+        f"{limit} s{source}: the batch's {study.session_timeout_s} s, then {spare} s to submit",
         problem,
     )
 
@@ -186,7 +182,7 @@ def _mturk(study: Study, config: dict, campaign: PlatformCampaign | None) -> lis
         _row("public_name", "HIT title", config.get("public_name", "Click on objects in images …")),
         _row("pool_days", "HITs open for", _days(config, "pool_days", 30)),
         _row("review_days", "Approved automatically after", _days(config, "review_days", 7)),
-        _batch_time(study, config),
+        _time_limit(study, config, platform="MTurk"),
         _row(
             "frame_height_px",
             "Frame height",

@@ -70,7 +70,7 @@ def study_launch(*, study_id: int) -> PlatformCampaign:
     """Publish the study (draft → published) and create and open its pools on the platform.
 
     Refuses a study that breaks the platform's rules (``PlatformAdapter.launch_problems``: on Toloka a
-    currency other than USD, an assignment time limit without time to submit the code), checks the
+    currency other than USD; on Toloka and MTurk an assignment time limit without time to submit), checks the
     credentials (a clear error naming the token setting), refuses when the estimate exceeds
     ``platform_config["max_budget"]``. Safe to call again: it finishes a half-done launch.
     """

@@ -46,7 +46,14 @@ def test_hit_params(study):
     )  # fmt: skip
     assert params["Reward"] == "0.15"
     assert params["MaxAssignments"] == 7
-    assert params["AssignmentDurationInSeconds"] == study.session_timeout_s
+    # the batch's timeout, then time for the exit page to submit to MTurk (issue 32 item 6)
+    assert params["AssignmentDurationInSeconds"] == study.session_timeout_s + 600
+    study.platform_config = {"assignment_max_duration_s": study.session_timeout_s + 30}
+    assert get_adapter("mturk").launch_problems(study=study) == [
+        f"platform_config.assignment_max_duration_s: {study.session_timeout_s + 30} s leaves a worker whose batch "
+        f"ends at the session timeout ({study.session_timeout_s} s) no time to submit on MTurk; use at least "
+        f"{study.session_timeout_s + 120} s, or remove it for the default ({study.session_timeout_s + 600} s)."
+    ]
     assert params["QualificationRequirements"] == [
         {
             "QualificationTypeId": "Q1",
