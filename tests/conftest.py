@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,21 @@ def grabcut_root() -> Path:
     if not _grabcut_present():
         pytest.fail(_MISSING_GRABCUT)
     return GRABCUT_ROOT
+
+
+GRABCUT_STEMS = ("106024", "227092", "teddy")  # the three smallest GrabCut images
+
+
+@pytest.fixture(scope="session")
+def grabcut3(grabcut_root, tmp_path_factory) -> Path:
+    """A GrabCut folder (same layout) holding three images and their masks."""
+    folder = tmp_path_factory.mktemp("grabcut3") / "GrabCut"
+    for sub in ("data_GT", "boundary_GT"):
+        (folder / sub).mkdir(parents=True)
+        for path in (grabcut_root / sub).iterdir():
+            if path.stem in GRABCUT_STEMS:
+                shutil.copy2(path, folder / sub / path.name)
+    return folder
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,26 +1,9 @@
-"""Fixtures of the evaluation-server tests: a 3-image GrabCut subset imported into the test database, an
+"""Fixtures of the evaluation-server tests: the 3-image GrabCut subset (tests/conftest.py) imported into the test database, an
 evaluation key, and the real remote client talking to the Django app in-process (httpx WSGI transport)."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
-
-GRABCUT_STEMS = ("106024", "227092", "teddy")  # the three smallest GrabCut images
-
-
-@pytest.fixture(scope="session")
-def grabcut3(grabcut_root, tmp_path_factory) -> Path:
-    """A GrabCut folder (same layout) holding three images and their masks."""
-    folder = tmp_path_factory.mktemp("grabcut3") / "GrabCut"
-    for sub in ("data_GT", "boundary_GT"):
-        (folder / sub).mkdir(parents=True)
-        for path in (grabcut_root / sub).iterdir():
-            if path.stem in GRABCUT_STEMS:
-                shutil.copy2(path, folder / sub / path.name)
-    return folder
 
 
 @pytest.fixture
