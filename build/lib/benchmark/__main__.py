@@ -1,5 +1,0 @@
-"""``python -m benchmark``: see :mod:`benchmark.cli`."""
-
-from benchmark.cli import main
-
-raise SystemExit(main())
