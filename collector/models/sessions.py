@@ -90,6 +90,25 @@ class Session(models.Model):
             "quota and is left out of the study's progress."
         ),
     )
+    is_bot = models.BooleanField(
+        default=False,
+        db_index=True,
+        help_text="A simulated annotator's batch (issue 32 item 4): never in a quota or an export; removable.",
+    )
+    last_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last heartbeat, click or report from the worker's player."
+    )
+    released_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its unclicked trials gave their slots back (grace period passed, or a researcher released it).",
+    )
+    ended_by = models.CharField(
+        max_length=20,
+        blank=True,
+        default="",
+        help_text="Who ended an expired session: timeout or researcher (empty while running or finished).",
+    )
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField()
@@ -136,6 +155,13 @@ class Trial(models.Model):
         default=list,
         blank=True,
         help_text="[{id, at}] each time the player reported showing this trial (more than one: a replay).",
+    )
+    holds_slot = models.BooleanField(
+        default=True,
+        help_text=(
+            "A task trial still holding one in-flight slot of its target (False once a release gave it back: "
+            "grace period passed or a researcher released the session)."
+        ),
     )
 
     class Meta:

@@ -34,6 +34,29 @@ class StudyKind(models.TextChoices):
     CORRECTIVE = "corrective", "Corrective-click campaign"
 
 
+class BatchRule(models.TextChoices):
+    """Which clicks the batch rule counts (issue 32 item 7). The RClicks paper counts a batch when "at least 7
+    out of the 10 clicks in a batch were within the object mask"; a click is *valid* when it is inside the target
+    or within one click radius of its border. Both readings are defensible: a study names the one it used."""
+
+    VALID = "valid", "valid clicks (inside the target or within the click radius of its border)"
+    INSIDE = "inside", "clicks inside the object mask (the RClicks paper's wording)"
+
+
+class ShortBatchPolicy(models.TextChoices):
+    """What a worker is offered when fewer than a full batch of targets is left for them (issue 32 item 2)."""
+
+    FULL_ONLY = "full_only", "only full batches (a worker is never given a short batch)"
+    TAIL = "tail", "shorter batches at a round's tail, never counted below the batch rule"
+
+
+class RejectedWorkPolicy(models.TextChoices):
+    """Whether a batch counted here whose platform assignment was rejected still fills the quotas (issue 32 item 2)."""
+
+    RELEASE = "release", "given back: its clicks stop counting toward the quotas"
+    COUNT = "count", "kept: its clicks still count toward the quotas"
+
+
 class CorrectiveInit(models.TextChoices):
     BOX = "box", "Box (GrabCut from the object's bounding box)"
     FIRST_CLICK = "first_click", "The worker's first click"
@@ -247,6 +270,32 @@ class Study(models.Model):
     control_min_inside = models.PositiveSmallIntegerField(
         default=1,
         help_text="Control clicks of a batch that must land inside their object for the batch to count.",
+    )
+    batch_rule = models.CharField(
+        max_length=10,
+        choices=BatchRule.choices,
+        default=BatchRule.VALID,
+        help_text="Which clicks the batch rule counts: valid ones (inside or within the click radius) or inside ones.",
+    )
+    short_batches = models.CharField(
+        max_length=10,
+        choices=ShortBatchPolicy.choices,
+        default=ShortBatchPolicy.FULL_ONLY,
+        help_text="Whether a worker may get a batch shorter than the batch size when fewer targets are left.",
+    )
+    rejected_work = models.CharField(
+        max_length=10,
+        choices=RejectedWorkPolicy.choices,
+        default=RejectedWorkPolicy.RELEASE,
+        help_text="A counted batch whose platform assignment was rejected: its clicks given back to the quotas or kept.",
+    )
+    reservation_grace_s = models.PositiveIntegerField(
+        default=120,
+        validators=[MinValueValidator(30)],
+        help_text=(
+            "A running batch not heard from for this long (no heartbeat: tab closed, phone locked) gives its "
+            "unclicked images back; the worker who returns continues on what is still wanted."
+        ),
     )
     platform = models.CharField(max_length=20, choices=Platform.choices, default=Platform.LINK)
     platform_config = models.JSONField(default=dict, blank=True)
