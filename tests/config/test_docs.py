@@ -1,4 +1,4 @@
-"""Issue 19: rules the README and docs/architecture.md state, checked against the code."""
+"""Issue 19: rules the docs (docs/operations.md, docs/architecture.md) state, checked against the code."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-README = (ROOT / "README.md").read_text()
+OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
 CODE = "\n".join(
     path.read_text()
@@ -15,7 +15,7 @@ CODE = "\n".join(
     if "migrations" not in path.parts
 )
 
-#: What the README's `-Q default` worker line says that worker runs, and the task module of each.
+#: What docs/operations.md's `-Q default` worker line says that worker runs, and the task module of each.
 QUEUE_JOBS = {
     "validation": "tasks.validation.",
     "stimuli": "tasks.stimuli.",
@@ -25,15 +25,15 @@ QUEUE_JOBS = {
 }
 
 
-def test_every_environment_variable_the_readme_documents_is_read_by_the_code():
-    table = README[README.index("| variable | meaning |") :].split("\n\n", 1)[0]
+def test_every_environment_variable_the_docs_document_is_read_by_the_code():
+    table = OPERATIONS[OPERATIONS.index("| variable | meaning |") :].split("\n\n", 1)[0]
     names = sorted(set(re.findall(r"`([A-Z][A-Z0-9_]{2,})`", table)))
     assert len(names) > 15, table
     # an environment variable is read as os.environ.get("NAME") / env_bool("NAME"); a setting named in a
     # description (SEGMENTER_CHECKPOINTS) as settings.NAME
     unread = [name for name in names if f'"{name}"' not in CODE and f"settings.{name}" not in CODE]
     assert not unread, (
-        f"README documents {unread}, which no code reads: read them or drop them from the table."
+        f"docs/operations.md documents {unread}, which no code reads: read them or drop them from the table."
     )
 
 
@@ -42,9 +42,9 @@ def test_the_default_queue_runs_what_the_docs_say_and_exports_are_not_queued():
 
     app.loader.import_default_modules()
     names = [name for name in app.tasks if name.startswith("tasks.")]
-    line = next(line for line in README.splitlines() if "worker -Q default " in line)
+    line = next(line for line in OPERATIONS.splitlines() if "worker -Q default " in line)
     jobs = [job.strip() for job in line.split("#", 1)[1].split(",")]
-    assert set(jobs) == set(QUEUE_JOBS), f"README's default worker line names {jobs}: keep QUEUE_JOBS in step"
+    assert set(jobs) == set(QUEUE_JOBS), f"docs/operations.md's default worker line names {jobs}: keep QUEUE_JOBS in step"
     for job, prefix in QUEUE_JOBS.items():
         assert any(name.startswith(prefix) for name in names), f"no task runs {job!r} ({prefix}*): {names}"
     assert not [name for name in names if "export" in name]  # exports run in the request, admin action or CLI
