@@ -363,14 +363,22 @@ def sessions_expire(*, now=None, batch_size: int = 200) -> int:
             )
             if not sessions:
                 return expired
-            Session.objects.filter(pk__in=[s.pk for s in sessions]).update(status=Session.Status.EXPIRED)
+            Session.objects.filter(pk__in=[s.pk for s in sessions]).update(
+                status=Session.Status.EXPIRED, ended_by="timeout"
+            )
             by_device: dict[str, list[int]] = {}
             # a corrective qualification test took no slot (collector.services.qualification)
             # nor did practice and control trials (collector.services.screens)
-            for target_id, device in Trial.objects.filter(
-                session_id__in=[s.pk for s in sessions], session__is_qualification=False, role=Trial.Role.TASK
-            ).values_list("target_id", "session__device"):
+            # and a trial a release already gave back holds none (collector.services.reservations)
+            holding = Trial.objects.filter(
+                session_id__in=[s.pk for s in sessions],
+                session__is_qualification=False,
+                role=Trial.Role.TASK,
+                holds_slot=True,
+            )
+            for target_id, device in holding.values_list("target_id", "session__device"):
                 by_device.setdefault(device, []).append(target_id)
+            holding.update(holds_slot=False)
             for device, target_ids in sorted(by_device.items()):
                 inflight_release(target_ids=target_ids, device=device)
         expired += len(sessions)

@@ -298,7 +298,8 @@ def session_client_report(
     into ``session.client_info``; ``detected_device`` is the browser's own device class."""
     merged = {**session.client_info, **_bounded_client_info(client_info)}
     session.client_info = _bounded_client_info(merged)
-    fields = ["client_info"]
+    session.last_seen_at = timezone.now()  # a report is a sign of life (collector.services.reservations)
+    fields = ["client_info", "last_seen_at"]
     if detected_device in DEVICES:
         session.detected_device = detected_device
         fields.append("detected_device")
@@ -382,7 +383,7 @@ class ClickReceipt:
 #: reading it costs a query, which tests/annotation_ui/test_api.py's statement count catches).
 
 
-_HOT_TRIAL_FIELDS = _in_model_order(Trial, ("id", "session_id", "position", "presentations"))
+_HOT_TRIAL_FIELDS = _in_model_order(Trial, ("id", "session_id", "position", "presentations", "holds_slot"))
 _HOT_SESSION_FIELDS = _in_model_order(Session, ("id", "status", "expires_at", "study_id"))
 _HOT_STUDY_FIELDS = _in_model_order(
     Study, ("id", "kind", "display_mode", "image_ms", "target_ms", "text_ms", "blocked_ms")
@@ -576,6 +577,7 @@ def _click_in_one_statement_sql(carry: bool = False) -> tuple[str, tuple[str, ..
         f"WITH base ({names}) AS MATERIALIZED ({read_sql}), "
         f"hit AS (SELECT {base('trial', 'id')} AS id, {shown} AS presentations FROM base b "
         f"WHERE {base('trial', 'position')} = %(position)s AND {base('click', 'id')} IS NULL "
+        f"AND {base('trial', 'holds_slot')} "
         f"AND {base('session', 'status')} = %(started)s AND {base('session', 'expires_at')} > %(now)s "
         f"AND CASE WHEN jsonb_typeof({shown}) = 'array' THEN jsonb_array_length({shown}) ELSE 0 END >= 1 "
         f"AND %(now)s >= CAST({shown} -> -1 ->> 'at' AS timestamptz) "
@@ -889,6 +891,17 @@ def click_ingest(  # noqa: C901
         )
     if trial.click_pk is not None:
         raise ClickRefused(_trial_done_message(position, session.pk), reason="trial_done")
+    if not trial.holds_slot:
+        # The worker was away past the grace period and the trial's slot was given back: the player reloads,
+        # which re-reserves it or gives another image (collector.services.reservations.session_reclaim).
+        raise ClickRefused(
+            _(
+                "You were away for a while, so image %(n)s was given to someone else for now. Reload the page "
+                "to continue your batch."
+            )
+            % {"n": position + 1},
+            reason="trial_released",
+        )
     _check_click_timing(
         trial=trial,
         study=session.study,
