@@ -266,9 +266,7 @@ def session_start(
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
-            raise SessionStartRefused(
-                _("There are no images left for you in this study. Thank you for your interest!")
-            )
+            raise SessionStartRefused(no_task_message(round=open_round, worker=worker, device=device))
         if study.practice_trials or study.control_trials:
             session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)
     logger.info(
@@ -281,6 +279,37 @@ def session_start(
         },
     )
     return session
+
+
+def no_task_message(*, round: Round, worker: Worker, device: str) -> str:
+    """What a worker refused a batch is told, in the request's language: final (every target of the round has
+    its ``device`` quota met, or the images still wanted are ones this worker has already seen) or temporary
+    (the images still wanted are in other workers' running batches: when to try again, from the study's grace
+    period, after which an abandoned batch gives its images back)."""
+    from collector.services.allocation import least_batch
+    from collector.services.reservations import study_wait_hint_s
+
+    study = round.study
+    quota = study.quota_for(device)
+    valid, inflight = f"valid_{device}", f"inflight_{device}"
+    open_targets = round.targets.filter(**{f"{valid}__lt": quota})
+    if not open_targets.exists():
+        return _("This study has all the answers it needs for your device. Thank you for your interest!")
+    seen = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
+        "target__instance__image_id"
+    )
+    unseen = open_targets.exclude(instance__image_id__in=seen)
+    unseen_images = unseen.values("instance__image_id").distinct().count()
+    if unseen_images < least_batch(study=study, count=study.batch_size):
+        return _("There are no images left for you in this study. Thank you for your interest!")
+    waiting = unseen.filter(**{f"{inflight}__gt": 0}).exists()
+    if not waiting:
+        return _("There are no images left for you in this study. Thank you for your interest!")
+    minutes = max(1, math.ceil(study_wait_hint_s(study=study) / 60))
+    return _(
+        "All the remaining images are being worked on by other participants right now. Some may come back "
+        "if a participant leaves: please try again in about %(minutes)s minute(s)."
+    ) % {"minutes": minutes}
 
 
 def _bounded_client_info(info: dict) -> dict:

@@ -408,3 +408,60 @@ def validations_requeue(*, older_than_s: float = 300.0, limit: int = 1000) -> li
     if session_ids:
         logger.warning("validations requeued", extra={"session_ids": session_ids})
     return session_ids
+
+
+def session_platform_rejected(*, session_id: int, now=None) -> dict | None:
+    """A batch counted here whose platform assignment was rejected (a wrong or reused completion code, the
+    researcher's review): apply the study's ``rejected_work`` policy once and record it in
+    ``session.platform_state["rejected"]`` (``{"at", "policy", "released"}``). ``release`` (the default): its
+    valid task clicks stop counting (``valid_<device>`` - 1 each, so the targets' quotas reopen while the round
+    is open; a round already closed stays closed, its next round built); ``count``: kept. Returns the record,
+    or None when the session is not a counted one (nothing to do). Idempotent (the record is the guard; the
+    session row is locked)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        session = (
+            Session.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("study")
+            .filter(pk=session_id)
+            .first()
+        )
+        if session is None or session.validity != Session.Validity.COUNTED:
+            return None
+        state = dict(session.platform_state or {})
+        if "rejected" in state:
+            return state["rejected"]
+        policy = session.study.rejected_work
+        released = 0
+        if policy == "release":
+            target_ids = list(
+                Trial.objects.filter(session=session, role=Trial.Role.TASK, click__is_valid=True)
+                .order_by("target_id")
+                .values_list("target_id", flat=True)
+            )
+            # The round's turn first, as validations and starts take it before the counters (no lock cycle).
+            Round.objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
+            list(
+                Target.objects.select_for_update(no_key=True)
+                .filter(pk__in=target_ids)
+                .order_by("pk")
+                .values_list("pk")
+            )
+            field = f"valid_{session.device}"
+            released = Target.objects.filter(pk__in=target_ids, **{f"{field}__gt": 0}).update(
+                **{field: F(field) - 1}
+            )
+        record = {"at": now.isoformat(), "policy": policy, "released": released}
+        state["rejected"] = record
+        session.platform_state = state
+        session.save(update_fields=["platform_state"])
+    logger.info(
+        "rejected work applied",
+        extra={
+            "session_id": session_id,
+            "study_id": session.study_id,
+            "policy": policy,
+            "released": released,
+        },
+    )
+    return record
