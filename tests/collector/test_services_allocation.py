@@ -298,7 +298,13 @@ def test_every_start_takes_exactly_the_targets_the_candidates_rule_names(tmp_pat
     rng = random.Random(7)
     dataset = make_dataset(tmp_path, n_images=9, objects_per_image=3, size=(48, 36))
     study = make_study(
-        dataset, publish=True, batch_size=4, min_batch_size=3, quota_pc=6, short_batches="tail", min_valid_per_session=1
+        dataset,
+        publish=True,
+        batch_size=4,
+        min_batch_size=3,
+        quota_pc=6,
+        short_batches="tail",
+        min_valid_per_session=1,
     )
     round_ = _open_round(study)
     target_ids = list(round_.targets.order_by("pk").values_list("pk", flat=True))

@@ -88,10 +88,14 @@ def test_flagged_trial_is_invalid_inside_the_region():
     assert (verdict.is_valid, verdict.distance_px, verdict.invalid_reason) == (False, 0.0, "trial_flagged")
 
 
-@pytest.mark.parametrize("min_valid, batch, trials", [(7, 10, 10), (7, 10, 4), (7, 10, 2), (4, 5, 1), (0, 10, 5)])
+@pytest.mark.parametrize(
+    "min_valid, batch, trials", [(7, 10, 10), (7, 10, 4), (7, 10, 2), (4, 5, 1), (0, 10, 5)]
+)
 def test_required_valid_clicks_never_scales_down_for_short_batches(min_valid, batch, trials):
     """Issue 32 item 2: a batch is never counted below the rule (a 2-trial batch of a 7-valid study is not)."""
-    assert required_valid_clicks(min_valid_per_session=min_valid, batch_size=batch, n_trials=trials) == min_valid
+    assert (
+        required_valid_clicks(min_valid_per_session=min_valid, batch_size=batch, n_trials=trials) == min_valid
+    )
 
 
 # --------------------------------------------------------------------------------------------------
