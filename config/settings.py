@@ -376,6 +376,9 @@ EXPIRE_SESSIONS_EVERY_S = env_float("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", 60.0)
 # Running batches not heard from for their study's reservation_grace_s give their unclicked images back
 # (collector.services.reservations); this often the beat looks for them.
 RELEASE_STALE_EVERY_S = env_float("CLICKLAB_RELEASE_STALE_EVERY_S", 30.0)
+# A player page not heard from for this long before it is loaded again was left: the trial it showed without
+# a click is shown afresh (not flagged replayed). Longer than the player's 20 s heartbeat interval.
+RETURN_AFTER_S = env_float("CLICKLAB_RETURN_AFTER_S", 30.0)
 # Safety nets for lost messages (a killed worker on a broker without acknowledgements; the file-system
 # transport drops a message whose worker was killed), each sending again what is still pending (a duplicate
 # is a no-op): validations of finished sessions, next-round builds of closed rounds, corrective mask updates.

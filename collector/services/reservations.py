@@ -285,6 +285,32 @@ def session_heartbeat(*, session_id: int, visibility: str = "visible", now: date
     }
 
 
+def session_return(*, session_id: int, now: datetime | None = None) -> dict | None:
+    """The player page of ``session_id`` is loaded: a worker who left and came back continues cleanly.
+
+    After a release, ``session_reclaim`` re-reserves the batch (its answer is returned). Without one, a page
+    not heard from for at least ``settings.RETURN_AFTER_S`` (default 30 s: longer than a heartbeat interval,
+    so a page that stayed open never qualifies, and a reload to look at a target again seconds later does not
+    either) was left: the trial it showed without a click is shown afresh, its earlier showings cleared, so
+    the replay from phase A is not flagged ``replayed`` and its click counts normally. A tab hidden while a
+    trial ran is still flagged by the player (``visibility_hidden``) for a worker who did not leave."""
+    from django.conf import settings
+
+    reclaimed = session_reclaim(session_id=session_id, now=now)
+    if reclaimed is not None:
+        return reclaimed
+    now = now or timezone.now()
+    session = Session.objects.filter(pk=session_id, status=Session.Status.STARTED).first()
+    if session is None or _heard_at(session) > now - timedelta(seconds=settings.RETURN_AFTER_S):
+        return None
+    shown = Trial.objects.filter(session_id=session_id, role=Trial.Role.TASK, click__isnull=True).exclude(
+        presentations=[]
+    )
+    if shown.update(presentations=[], flags=[]):
+        logger.info("worker returned", extra={"session_id": session_id, "study_id": session.study_id})
+    return None
+
+
 def study_wait_hint_s(*, study: Study) -> int:
     """How long a worker told "try again later" should wait, in seconds: the grace period plus the release
     task's interval (when an abandoned batch's images come back at the latest)."""

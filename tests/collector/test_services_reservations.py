@@ -296,3 +296,28 @@ def test_concurrent_returns_and_starts_never_go_beyond_the_quota(tmp_path, setti
     assert all(valid + inflight <= 4 for valid, inflight in counters.values()), counters
     assert {pk: inflight for pk, (_v, inflight) in counters.items()} == _holding(study)
     assert sum(inflight for _v, inflight in counters.values()) == 40, "every slot is taken again"
+
+
+def test_a_worker_back_within_the_grace_period_replays_the_interrupted_trial_afresh(tmp_path, settings):
+    """No release yet (back after 60 s of a 120 s grace): a page loaded after ``RETURN_AFTER_S`` without a sign
+    of life shows the interrupted trial afresh; a reload while the page was heard from seconds ago does not."""
+    from collector.services.presentations import trial_presented_record
+    from collector.services.reservations import session_return
+
+    settings.RETURN_AFTER_S = 30
+    study = _study(tmp_path, settings)
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    trial_presented_record(session_id=session.pk, position=0, presentation_id="before-leaving")
+    shown_at = timezone.now()
+    assert session_return(session_id=session.pk, now=shown_at + timedelta(seconds=5)) is None
+    assert Trial.objects.get(session=session, position=0).presentations != [], (
+        "a quick reload is not a return"
+    )
+
+    assert session_return(session_id=session.pk, now=shown_at + timedelta(seconds=60)) is None
+    trial = Trial.objects.get(session=session, position=0)
+    assert trial.presentations == [] and trial.holds_slot
+    assert (
+        trial_presented_record(session_id=session.pk, position=0, presentation_id="back")["replayed"] is False
+    )
+    assert all(inflight == 1 for _v, inflight in _counters(study).values()), "no slot changed hands"
