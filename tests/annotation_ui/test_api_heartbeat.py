@@ -120,9 +120,9 @@ def test_a_worker_who_saw_every_wanted_image_is_told_it_is_final(study):
     session = session_start(study=study, worker=worker, device="pc")
     Session.objects.filter(pk=session.pk).update(status="finished")
     Target.objects.update(inflight_pc=0)
-    from collector.services.sessions import SessionStartRefused
-
     from django.utils import translation
+
+    from collector.services.sessions import SessionStartRefused
 
     with translation.override("en"), pytest.raises(SessionStartRefused, match="no images left for you"):
         session_start(study=study, worker=worker, device="pc")
