@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +73,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         for attempt in range(60):
             try:
                 response = await http.request(method, path, json=body, data=data, timeout=15)
-            except Exception:
+            except Exception as exc:
+                log["stages"][f"{method} {path.rsplit('/', 1)[-1] or 'entry'} {type(exc).__name__}"] += 1
                 await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
                 continue
             if response.status_code < 500:
@@ -87,6 +89,9 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         # The entry answers the player page itself; its address (the task link) is in the page.
         response = await call("POST", f"/s/{spec['link']}/", data={"device": "pc"})
         shown = PLAYER_ADDRESS.search(response.text.replace("\\u002D", "-")) if response is not None else None
+        log["stages"][
+            f"entry {response.status_code if response is not None else 'none'} {'token' if shown else '-'}"
+        ] += 1
         if response is not None and response.status_code == 200 and shown:
             token = shown[1]
             break
@@ -133,7 +138,9 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         return True
 
     beat = asyncio.create_task(heartbeats())
+    log["stages"]["entered"] += 1
     state = await call("GET", f"{api}/state")
+    log["stages"]["state " + (str(state.status_code) if state is not None else "none")] += 1
     positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
     record["n_trials"] = len(positions)
     done = await play(positions, may_leave=True)
@@ -171,7 +178,7 @@ def _study_filled(study_id: int) -> bool:
 async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leavers: bool) -> dict:
     spec = {"annotators": args.annotators, "ramp_s": args.ramp, "link": link, "batch": args.batch,
             "leavers": leavers, "leave_share": 0.30, "return_share": 0.10}  # fmt: skip
-    log: dict = {"annotators": [], "filled": asyncio.Event()}
+    log: dict = {"annotators": [], "filled": asyncio.Event(), "stages": Counter()}
     http = faults.LeanHTTP(base, max_connections=64)
     rng = random.Random(args.seed)
     started = time.monotonic()
@@ -191,6 +198,7 @@ async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leaver
     await asyncio.wait(tasks, timeout=60)
     for task in tasks:
         task.cancel()
+    print(f"   stages: {dict(log['stages'])}", flush=True)
     failures = [
         task.exception() for task in tasks if task.done() and not task.cancelled() and task.exception()
     ]

@@ -90,7 +90,7 @@ def test_a_worker_who_closes_the_tab_comes_back_to_a_finished_batch(chromium, pl
 
     # The first worker opens the same link again: the batch is re-reserved and continues at trial 1.
     back = leaver.new_page()
-    assert open_player(back, link) == url
+    assert _session(open_player(back, link)).pk == session.pk, "the same batch, resumed"
     assert Trial.objects.filter(session=session, holds_slot=True).count() == 3
     wait_start_enabled(back)
     press_start(back)
