@@ -2,8 +2,9 @@
 
 ``state`` (GET), ``client`` (POST, what the browser measured), ``click`` (POST, one click, idempotent; it
 may carry the next trial's presentation report), ``presented`` (POST, a trial is about to be shown),
-``problem`` (POST, the player reports a refusal it showed the annotator), ``finish`` (POST, the completion
-step). Each view parses the body with the bounded parser (``annotation_ui.parsers``), validates it with its
+``problem`` (POST, the player reports a refusal it showed the annotator), ``heartbeat`` (POST, the page is
+still open: keeps the batch's reservations, re-reserves them after the worker was away), ``finish`` (POST,
+the completion step). Each view parses the body with the bounded parser (``annotation_ui.parsers``), validates it with its
 declared serializer (``annotation_ui.serializers``) before any service runs, calls one service and
 serialises; the OpenAPI schema of these endpoints is served at ``/api/annotator/schema/``.
 
@@ -27,6 +28,7 @@ from rest_framework.views import APIView
 
 from collector.models import Session
 from collector.services.presentations import PresentationRefused, trial_presented_record
+from collector.services.reservations import session_heartbeat, session_reclaim
 from collector.services.sessions import (
     ClickRefused,
     SessionFinishRefused,
@@ -170,6 +172,8 @@ class State(AnnotatorView):
 
     @extend_schema(parameters=[TOKEN_PARAMETER], responses={200: contract.STATE_OUT, **ERRORS})
     def get(self, request, token: str):
+        session_id = session_id_from_token(token)
+        session_reclaim(session_id=session_id)  # a worker back after a release continues (reservations.py)
         session = session_from_token(token)
         return Response(session_payload(session=session, token=token))
 
@@ -264,6 +268,26 @@ class Problem(AnnotatorView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class Heartbeat(AnnotatorView):
+    """The player is open (every ``HEARTBEAT_S`` s, and on each visibility change): the batch keeps its
+    reservations; after a release (the worker was away past the study's grace period) they are re-reserved,
+    replaced or dropped, and ``reclaimed`` tells the player to reload (``collector.services.reservations``)."""
+
+    @extend_schema(
+        parameters=[TOKEN_PARAMETER],
+        request=contract.HeartbeatIn,
+        responses={200: contract.HeartbeatOut, **ERRORS},
+    )
+    def post(self, request, token: str):
+        session_id = session_id_from_token(token)
+        data = self.input(contract.HeartbeatIn)
+        try:
+            answer = session_heartbeat(session_id=session_id, visibility=data["visibility"])
+        except Session.DoesNotExist:
+            raise Http404(_("session not found.")) from None
+        return Response({"ok": True, **answer})
+
+
 class Finish(AnnotatorView):
     """The completion step: the code (and where to take it) once the server holds every click."""
 
@@ -292,4 +316,5 @@ client = ClientReport.as_view()
 click = ClickView.as_view()
 presented = Presented.as_view()
 problem = Problem.as_view()
+heartbeat = Heartbeat.as_view()
 finish = Finish.as_view()

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from collector.models import DisplayMode, Session, Study, Target, Trial
 from collector.platforms import get_adapter
 from collector.services.presentations import trial_presented_attached
+from collector.services.reservations import HEARTBEAT_S
 from collector.services.stimuli import target_stimuli_ensure
 
 
@@ -126,6 +127,7 @@ def session_payload(*, session: Session, token: str) -> dict:
         "mode": "session",
         "session": {"id": session.pk, "status": session.status, "device": session.device},
         "study": study_timing(study),
+        "heartbeat_s": HEARTBEAT_S,
         "text_mode": study.display_mode == DisplayMode.TEXT_DESCRIPTION,
         "api": {
             "state": reverse("annotation_ui:api_state", kwargs={"token": token}),
@@ -133,6 +135,7 @@ def session_payload(*, session: Session, token: str) -> dict:
             "click": reverse("annotation_ui:api_click", kwargs={"token": token}),
             "finish": reverse("annotation_ui:api_finish", kwargs={"token": token}),
             "presented": reverse("annotation_ui:api_presented", kwargs={"token": token}),
+            "heartbeat": reverse("annotation_ui:api_heartbeat", kwargs={"token": token}),
             # POST .../problem (wire contract item 4): built beside the click URL, so the player may call
             # it before the endpoint exists (a 404 there is tolerated).
             "problem": reverse("annotation_ui:api_click", kwargs={"token": token}).rsplit("/", 1)[0]
@@ -167,6 +170,7 @@ def preview_payload(*, study: Study, targets: list[Target]) -> dict:
         "mode": "preview",
         "session": {"id": None, "status": "preview", "device": ""},
         "study": study_timing(study),
+        "heartbeat_s": HEARTBEAT_S,
         "text_mode": study.display_mode == DisplayMode.TEXT_DESCRIPTION,
         "api": {"preview_check": reverse("researcher:preview_check", kwargs={"study_id": study.pk})},
         "trials": [

@@ -22,6 +22,7 @@ urlpatterns = [
     path("api/annotator/<str:token>/click", api.click),
     path("api/annotator/<str:token>/presented", api.presented),
     path("api/annotator/<str:token>/problem", api.problem),
+    path("api/annotator/<str:token>/heartbeat", api.heartbeat),
     path("api/annotator/<str:token>/finish", api.finish),
 ] + [
     path(f"api/annotator/<str:token>/corrective/{name}", getattr(corrective_api, name))

@@ -258,6 +258,17 @@ class ProblemIn(serializers.Serializer):
     )
 
 
+class HeartbeatIn(serializers.Serializer):
+    """The player is still open (sent every ``HEARTBEAT_S`` seconds, and on each page-visibility change)."""
+
+    visibility = serializers.ChoiceField(
+        choices=["visible", "hidden"],
+        required=False,
+        default="visible",
+        help_text="document.visibilityState when sent: a hidden page still counts as heard from.",
+    )
+
+
 class FinishIn(serializers.Serializer):
     """``finish`` takes no fields (an empty body or ``{}``)."""
 
@@ -342,6 +353,20 @@ class PresentedOut(OkOut):
     position = serializers.IntegerField()
     presentations = serializers.IntegerField()
     replayed = serializers.BooleanField()
+
+
+class HeartbeatOut(OkOut):
+    status = serializers.CharField(help_text="The session's status: started, finished or expired.")
+    reclaimed = serializers.BooleanField(
+        help_text="The batch had been given back while the worker was away and was re-reserved now: reload."
+    )
+    kept = serializers.ListField(child=serializers.IntegerField(), help_text="Positions re-reserved.")
+    replaced = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Positions given another image."
+    )
+    dropped = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Positions dropped from the batch."
+    )
 
 
 class NextPresentationOut(OkOut):

@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/annotator/<str:token>/finish", api.finish, name="api_finish"),
     path("api/annotator/<str:token>/presented", api.presented, name="api_presented"),
     path("api/annotator/<str:token>/problem", api.problem, name="api_problem"),
+    path("api/annotator/<str:token>/heartbeat", api.heartbeat, name="api_heartbeat"),
     path(
         "api/annotator/schema/",
         SpectacularAPIView.as_view(

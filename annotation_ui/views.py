@@ -30,6 +30,7 @@ from collector.services.link_workers import (
     link_worker_cookie_name,
     link_worker_identify,
 )
+from collector.services.reservations import session_return
 from collector.services.sessions import SessionStartRefused, session_start
 from collector.services.stimuli import stimulus_path, target_stimuli_ensure
 from collector.services.studies import StudyStateError, study_preview_round
@@ -169,6 +170,19 @@ def _player_page(request, *, session: Session, token: str):
                 "player_url": reverse("annotation_ui:player", kwargs={"token": token}),
             },
         )
+    if session_return(session_id=session.pk) is not None:
+        # the worker is back after a release: the batch as re-reserved (collector.services.reservations)
+        session = Session.objects.select_related("study", "round").get(pk=session.pk)
+        if session.status != Session.Status.STARTED:
+            return _message(
+                request,
+                title=_("Task expired"),
+                message=_(
+                    "The images of this batch were given to other participants while you were away. "
+                    "Open the task again to get a new batch."
+                ),
+                status=410,
+            )
     payload = session_payload(session=session, token=token)
     context = player_context(study=session.study, payload=payload, correction=session.round.number > 1)
     context["player_url"] = reverse("annotation_ui:player", kwargs={"token": token})

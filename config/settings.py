@@ -373,6 +373,12 @@ PLATFORM_SYNC_INTERVAL_S = env_float("PLATFORM_SYNC_INTERVAL_S", 60.0)
 # --- Sessions and validation ------------------------------------------------------------------------
 # Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
 EXPIRE_SESSIONS_EVERY_S = env_float("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", 60.0)
+# Running batches not heard from for their study's reservation_grace_s give their unclicked images back
+# (collector.services.reservations); this often the beat looks for them.
+RELEASE_STALE_EVERY_S = env_float("CLICKLAB_RELEASE_STALE_EVERY_S", 30.0)
+# A player page not heard from for this long before it is loaded again was left: the trial it showed without
+# a click is shown afresh (not flagged replayed). Longer than the player's 20 s heartbeat interval.
+RETURN_AFTER_S = env_float("CLICKLAB_RETURN_AFTER_S", 30.0)
 # Safety nets for lost messages (a killed worker on a broker without acknowledgements; the file-system
 # transport drops a message whose worker was killed), each sending again what is still pending (a duplicate
 # is a no-op): validations of finished sessions, next-round builds of closed rounds, corrective mask updates.
@@ -467,6 +473,10 @@ CELERY.update(
             "expire-sessions": {
                 "task": task_names.SESSIONS_EXPIRE_SESSIONS,
                 "schedule": EXPIRE_SESSIONS_EVERY_S,
+            },
+            "release-stale-sessions": {
+                "task": task_names.SESSIONS_RELEASE_STALE,
+                "schedule": RELEASE_STALE_EVERY_S,
             },
             "requeue-pending-validations": {
                 "task": task_names.VALIDATION_REQUEUE_PENDING_VALIDATIONS,

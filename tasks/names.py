@@ -30,6 +30,8 @@ SEGMENTATION_BUILD_NEXT_ROUND = "tasks.segmentation.build_next_round"
 SEGMENTATION_REQUEUE_PENDING_BUILDS = "tasks.segmentation.requeue_pending_builds"
 #: Beat: expire sessions past their ``expires_at`` and release their targets.
 SESSIONS_EXPIRE_SESSIONS = "tasks.sessions.expire_sessions"
+#: Beat: give back the unclicked slots of running sessions not heard from for their study's grace period.
+SESSIONS_RELEASE_STALE = "tasks.sessions.release_stale"
 #: Render the display image and phase-B picture of a round's targets.
 STIMULI_RENDER_ROUND_STIMULI = "tasks.stimuli.render_round_stimuli"
 #: Validate a finished session (click validity, the 7/10 rule, quality flags).

@@ -20,3 +20,17 @@ def expire_sessions() -> int:
     from collector.services.allocation import sessions_expire
 
     return sessions_expire()
+
+
+@clicklab_task(
+    names.SESSIONS_RELEASE_STALE, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5
+)
+def release_stale() -> int:
+    """Release running sessions not heard from for their study's ``reservation_grace_s``; returns how many.
+
+    Idempotent: a trial's slot is given back once (``Trial.holds_slot``), so overlapping runs change nothing
+    twice (``collector.services.reservations.sessions_release_stale``).
+    """
+    from collector.services.reservations import sessions_release_stale
+
+    return sessions_release_stale()

@@ -15,6 +15,7 @@ from collector.models.studies import SCREEN_TEXT_MAX_CHARS, StudyKind
 from collector.selectors.segmenters import segmenter_options
 from collector.services.study_rules import (
     KIND_ONLY_FIELDS,
+    RESERVATION_FIELDS,
     SCREEN_FIELDS,
     fields_not_for_kind,
     study_rules_for,
@@ -47,6 +48,7 @@ STUDY_FORM_FIELDS = (
     "min_valid_per_session",
     "min_reaction_ms",
     "session_timeout_s",
+    *RESERVATION_FIELDS,
     "platform",
     "reward_per_batch",
     "currency",
@@ -215,6 +217,25 @@ class StudyForm(forms.ModelForm):
             "practice_trials": "Practice trials (first batch of a worker)",
             "control_trials": "Control trials per batch",
             "control_min_inside": "Control clicks a batch needs inside",
+            "reservation_grace_s": "Reservation grace period (s)",
+            "short_batches": "Short batches",
+            "rejected_work": "Work the platform rejects",
+        }
+        help_texts = {
+            "reservation_grace_s": (
+                "A running batch whose page is not heard from for this long (tab closed, phone locked: the page "
+                "sends a heartbeat every 20 s) gives its unclicked images back to other workers; a worker who "
+                "returns continues on what is still wanted. At least 30, shorter than the session timeout."
+            ),
+            "short_batches": (
+                "When fewer than a full batch of images is left for a worker: offer nothing (only full batches), "
+                "or a shorter batch if it can still reach the valid clicks a batch needs. A batch is never "
+                "counted with fewer valid clicks than that, whatever its length."
+            ),
+            "rejected_work": (
+                "A batch counted here whose assignment the platform rejected (a wrong code, your review): its "
+                "clicks stop counting and its targets are wanted again, or they keep counting."
+            ),
         }
 
     def __init__(self, *args, **kwargs):
@@ -253,8 +274,11 @@ class StudyForm(forms.ModelForm):
 
         # The campaign settings (issue 17) and the screens (issue 32) keep their model defaults when a form
         # leaves them out.
-        for name in (*CORRECTIVE_FORM_FIELDS, *DEFAULTED_SCREEN_FIELDS):
+        for name in (*CORRECTIVE_FORM_FIELDS, *DEFAULTED_SCREEN_FIELDS, *RESERVATION_FIELDS):
             self.fields[name].required = False
+        # The study rules say it with the field's label, the value and what to do (rule_reservation_grace_fits).
+        self.fields["reservation_grace_s"].validators = []
+        self.fields["reservation_grace_s"].min_value = None
 
     @property
     def kind_value(self) -> str:
@@ -336,6 +360,15 @@ class StudyForm(forms.ModelForm):
 
     def clean_control_min_inside(self):
         return self._defaulted("control_min_inside")
+
+    def clean_reservation_grace_s(self):
+        return self._defaulted("reservation_grace_s")
+
+    def clean_short_batches(self):
+        return self.cleaned_data.get("short_batches") or Study._meta.get_field("short_batches").get_default()
+
+    def clean_rejected_work(self):
+        return self.cleaned_data.get("rejected_work") or Study._meta.get_field("rejected_work").get_default()
 
     def clean(self):
         """The other kind's settings get their model defaults back (whatever was posted, and without their

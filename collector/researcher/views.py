@@ -28,6 +28,7 @@ from collector.selectors import corrective as corrective_selectors
 from collector.selectors import corrective_quality, pictures, progress
 from collector.selectors import links as link_selectors
 from collector.selectors import platform_settings as platform_settings_selectors
+from collector.selectors import reservations as reservation_selectors
 from collector.selectors import segmenters as segmenter_selectors
 from collector.selectors import session_detail as session_selectors
 from collector.selectors import targets as target_selectors
@@ -232,6 +233,7 @@ def _live_context(study: Study, *, can_change: bool) -> dict:
         "mask_provenance": segmenter_selectors.study_mask_provenance(study=study),
         "corrective": corrective_selectors.study_corrective_summary(study=study),
         "qualification": corrective_selectors.study_qualification_results(study=study),
+        "reservations": reservation_selectors.study_reservations_summary(study=study),
         "can_change": can_change,
         "updated_at": timezone.now(),
     }

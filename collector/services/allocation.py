@@ -25,12 +25,13 @@ Concurrency:
   with ``transaction_mode=IMMEDIATE`` (config/settings.py), so every write transaction takes the database
   write lock at BEGIN and allocations run one after another. The same code is therefore correct there.
 
-Batch size policy: a session asks for ``count`` (the study's ``batch_size``, 10 in RClicks) targets of
-distinct images the worker has never seen in this study. When fewer are left for this worker (the tail of
-a round, or a worker who saw most images), the session gets what is left if that is at least the study's
-``min_batch_size`` (default 1, so rounds can finish), and the session's valid-click threshold scales with
-its length (see ``collector.services.validation.required_valid_clicks``). Below ``min_batch_size`` nothing
-is allocated and an empty list is returned: ``session_start`` turns that into a refusal for the worker.
+Batch size policy (``least_batch``): a session asks for ``count`` (the study's ``batch_size``, 10 in RClicks)
+targets of distinct images the worker has never seen in this study. When fewer are left for this worker (the
+tail of a round, or a worker who saw most images), ``Study.short_batches`` decides: ``full_only`` (default)
+allocates nothing; ``tail`` allocates what is left if that is at least ``max(min_batch_size,
+min_valid_per_session)``, so the short batch can still meet the batch rule, which never scales down (see
+``collector.services.validation.required_valid_clicks``). When nothing is allocated an empty list is
+returned: ``session_start`` turns that into a refusal for the worker, final or temporary.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def allocate_targets(
     ``quota - valid - inflight``; ties broken by id), and only while ``valid + inflight < quota``.
 
     Returns the targets in random presentation order (so high-deficit targets are not always shown
-    first), or ``[]`` when fewer than ``min(count, study.min_batch_size)`` could be taken (nothing is
+    first), or ``[]`` when fewer than ``least_batch(study, count)`` could be taken (nothing is
     changed then). Raises ``AllocationError`` for an unknown device, a non-positive count or a round
     that is not open. ``worker_locked``: the caller's transaction already holds the worker's row lock
     (``session_start`` takes it first), so it is not taken again. ``session``: also create its trials, one
@@ -101,7 +102,7 @@ def allocate_targets(
     if row_lock(Round, round.pk, "state") != Round.State.OPEN:
         logger.info("allocation found the round closed", extra={"study_id": study.pk, "round_id": round.pk})
         return []
-    least = min(count, study.min_batch_size)
+    least = least_batch(study=study, count=count)
     if connection.vendor == "postgresql":
         found, chosen = _take_targets(
             round=round, worker=worker, device=device, count=count, least=least, session=session
@@ -116,6 +117,17 @@ def allocate_targets(
     return _take_targets_orm(
         round=round, worker=worker, device=device, count=count, least=least, session=session
     )
+
+
+def least_batch(*, study, count: int) -> int:
+    """The fewest targets a new session of ``study`` may start with when ``count`` are asked for
+    (``Study.short_batches``, issue 32 item 2): ``full_only`` (the default) a full batch; ``tail`` a shorter
+    one only when it can still meet the batch rule (``min_valid_per_session`` trials) and is at least
+    ``min_batch_size``. A batch is never counted below the rule whatever its length
+    (``collector.services.validation.required_valid_clicks``)."""
+    if study.short_batches != "tail":
+        return count
+    return min(count, max(study.min_batch_size, study.min_valid_per_session, 1))
 
 
 def _take_targets_orm(
@@ -363,14 +375,22 @@ def sessions_expire(*, now=None, batch_size: int = 200) -> int:
             )
             if not sessions:
                 return expired
-            Session.objects.filter(pk__in=[s.pk for s in sessions]).update(status=Session.Status.EXPIRED)
+            Session.objects.filter(pk__in=[s.pk for s in sessions]).update(
+                status=Session.Status.EXPIRED, ended_by="timeout"
+            )
             by_device: dict[str, list[int]] = {}
             # a corrective qualification test took no slot (collector.services.qualification)
             # nor did practice and control trials (collector.services.screens)
-            for target_id, device in Trial.objects.filter(
-                session_id__in=[s.pk for s in sessions], session__is_qualification=False, role=Trial.Role.TASK
-            ).values_list("target_id", "session__device"):
+            # and a trial a release already gave back holds none (collector.services.reservations)
+            holding = Trial.objects.filter(
+                session_id__in=[s.pk for s in sessions],
+                session__is_qualification=False,
+                role=Trial.Role.TASK,
+                holds_slot=True,
+            )
+            for target_id, device in holding.values_list("target_id", "session__device"):
                 by_device.setdefault(device, []).append(target_id)
+            holding.update(holds_slot=False)
             for device, target_ids in sorted(by_device.items()):
                 inflight_release(target_ids=target_ids, device=device)
         expired += len(sessions)

@@ -663,8 +663,10 @@ def corrective_session_finish(*, session_id: int) -> Session:
 
         # Validations and starts of the round take turns on the round row (docs/architecture.md).
         type(session.round).objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
-        target_ids = list(session.trials.order_by("target_id").values_list("target_id", flat=True))
+        holding = session.trials.filter(holds_slot=True)  # each slot given back once (Trial.holds_slot)
+        target_ids = list(holding.order_by("target_id").values_list("target_id", flat=True))
         inflight_release(target_ids=target_ids, device=session.device)
+        holding.update(holds_slot=False)
         finished_ids = list(
             session.corrective_items.filter(
                 state__in=[CorrectiveItem.State.DONE, CorrectiveItem.State.SKIPPED]

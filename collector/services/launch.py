@@ -14,7 +14,6 @@ by the client; what still fails stays unapplied and the next sync (Celery beat) 
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from decimal import Decimal
 
@@ -151,8 +150,8 @@ def study_close_platform(*, study_id: int) -> PlatformCampaign:
 
 
 def _rule_comment(session: Session) -> str:
-    trials = session.trials.count() or session.study.batch_size
-    needed = math.ceil(session.study.min_valid_per_session * trials / session.study.batch_size)
+    trials = session.trials.filter(role="task").count() or session.study.batch_size
+    needed = session.study.min_valid_per_session  # never scaled down for a short batch (issue 32 item 2)
     valid = session.valid_clicks if session.valid_clicks is not None else 0
     return (
         f"{valid} of {trials} clicks were on the shown object; the task requires at least {needed} of "
@@ -201,6 +200,28 @@ def submission_decide(*, submission: PlatformSubmission) -> None:
         submission.decision = PlatformSubmission.Decision.REJECT
         submission.public_comment = f"Rejected: {_rule_comment(session)}"
     submission.decided_at = timezone.now()
+    if submission.decision == PlatformSubmission.Decision.REJECT:
+        _rejected_work_apply(submission=submission, study=study, session=session)
+
+
+def _rejected_work_apply(*, submission: PlatformSubmission, study: Study, session: Session | None) -> None:
+    """A rejected assignment whose batch was counted here (also when its code was wrong: the session is found
+    by the assignment id) follows the study's ``rejected_work`` policy (issue 32 item 2)."""
+    from collector.services.validation import session_platform_rejected
+
+    counted = (
+        session
+        if session is not None and session.platform_assignment_id == submission.external_assignment_id
+        else None
+    )
+    if counted is None and submission.external_assignment_id:
+        counted = Session.objects.filter(
+            study=study,
+            platform_assignment_id=submission.external_assignment_id,
+            validity=Session.Validity.COUNTED,
+        ).first()
+    if counted is not None and counted.validity == Session.Validity.COUNTED:
+        session_platform_rejected(session_id=counted.pk)
 
 
 def _decision_set(*, submission: PlatformSubmission, study: Study, accept: bool, comment: str) -> None:

@@ -5,7 +5,9 @@ The player reports each trial just before its phase A starts (wire format below)
 report on the trial (``Trial.presentations``, idempotent per ``presentation_id``), and
 
 * refuses it (HTTP 409) when the batch cannot take work any more: the session is finished (e.g. in
-  another tab or window), expired, or the trial already has its click (clicked in another tab). The
+  another tab or window), expired, or the trial already has its click (clicked in another tab), or its
+  slot was given back while the worker was away (``trial_released``: the player reloads, which
+  re-reserves it, ``collector.services.reservations.session_reclaim``). The
   player then stops and shows the refusal instead of replaying the trial;
 * flags the trial ``replayed`` when it is presented a second time (a reload in phase B, a second tab
   showing the same trial): the worker has seen the target before the timed sequence, so the click
@@ -23,7 +25,7 @@ Wire format (``annotation_ui.api.Presented``; every 4xx body also carries ``fiel
 
     200 {"ok": true, "position": 3, "presentations": 1, "replayed": false}
     409 {"error": "<message for the worker>", "reason": "session_finished" | "session_expired" |
-         "trial_done", "position": 3}
+         "trial_done" | "trial_released", "position": 3}
     400 {"error": "<what is malformed, or no trial at that position>"}      404 bad token
 
 Send it once per showing (a new ``presentation_id`` after a reload; the same one on a network retry).
@@ -88,6 +90,13 @@ def session_work_check(*, session: Session, now=None) -> None:
         )
 
 
+def _released_message() -> str:
+    return _(
+        "You were away for a while, so this image was given to someone else for now. Reload the page to "
+        "continue your batch."
+    )
+
+
 def trial_server_flags(*, trial: Trial) -> list[str]:
     """Flags the server holds for ``trial`` whatever the client reports: ``replayed`` once it was
     presented more than once, ``not_presented`` while it was never reported as presented (an old client, or
@@ -136,6 +145,8 @@ def trial_presented_record(*, session_id: int, position: int, presentation_id: s
                 _("This image was already answered (perhaps in another tab or window); continue there."),
                 reason="trial_done",
             )
+        if not trial.holds_slot:
+            raise PresentationRefused(_released_message(), reason="trial_released")
         shown = list(trial.presentations or [])
         if not any(entry.get("id") == key for entry in shown) and len(shown) < MAX_PRESENTATIONS:
             shown.append({"id": key, "at": timezone.now().isoformat()})
@@ -225,7 +236,7 @@ def presentation_append_sql(*, key: str, at: str) -> tuple[str, str, str]:
         f"ELSE t.{column(trial, 'flags')} END"
     )  # fmt: skip
     conditions = (
-        f"jsonb_array_length({shown}) < %(most)s "
+        f"t.{column(trial, 'holds_slot')} AND jsonb_array_length({shown}) < %(most)s "
         f"AND NOT {shown} @> jsonb_build_array(jsonb_build_object('id', %({key})s::text))"
     )
     returning = f"t.{column(trial, 'id')}, jsonb_array_length(t.{column(trial, 'presentations')})"

@@ -266,9 +266,7 @@ def session_start(
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
-            raise SessionStartRefused(
-                _("There are no images left for you in this study. Thank you for your interest!")
-            )
+            raise SessionStartRefused(no_task_message(round=open_round, worker=worker, device=device))
         if study.practice_trials or study.control_trials:
             session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)
     logger.info(
@@ -281,6 +279,37 @@ def session_start(
         },
     )
     return session
+
+
+def no_task_message(*, round: Round, worker: Worker, device: str) -> str:
+    """What a worker refused a batch is told, in the request's language: final (every target of the round has
+    its ``device`` quota met, or the images still wanted are ones this worker has already seen) or temporary
+    (the images still wanted are in other workers' running batches: when to try again, from the study's grace
+    period, after which an abandoned batch gives its images back)."""
+    from collector.services.allocation import least_batch
+    from collector.services.reservations import study_wait_hint_s
+
+    study = round.study
+    quota = study.quota_for(device)
+    valid, inflight = f"valid_{device}", f"inflight_{device}"
+    open_targets = round.targets.filter(**{f"{valid}__lt": quota})
+    if not open_targets.exists():
+        return _("This study has all the answers it needs for your device. Thank you for your interest!")
+    seen = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
+        "target__instance__image_id"
+    )
+    unseen = open_targets.exclude(instance__image_id__in=seen)
+    unseen_images = unseen.values("instance__image_id").distinct().count()
+    if unseen_images < least_batch(study=study, count=study.batch_size):
+        return _("There are no images left for you in this study. Thank you for your interest!")
+    waiting = unseen.filter(**{f"{inflight}__gt": 0}).exists()
+    if not waiting:
+        return _("There are no images left for you in this study. Thank you for your interest!")
+    minutes = max(1, math.ceil(study_wait_hint_s(study=study) / 60))
+    return _(
+        "All the remaining images are being worked on by other participants right now. Some may come back "
+        "if a participant leaves: please try again in about %(minutes)s minute(s)."
+    ) % {"minutes": minutes}
 
 
 def _bounded_client_info(info: dict) -> dict:
@@ -298,7 +327,8 @@ def session_client_report(
     into ``session.client_info``; ``detected_device`` is the browser's own device class."""
     merged = {**session.client_info, **_bounded_client_info(client_info)}
     session.client_info = _bounded_client_info(merged)
-    fields = ["client_info"]
+    session.last_seen_at = timezone.now()  # a report is a sign of life (collector.services.reservations)
+    fields = ["client_info", "last_seen_at"]
     if detected_device in DEVICES:
         session.detected_device = detected_device
         fields.append("detected_device")
@@ -382,7 +412,7 @@ class ClickReceipt:
 #: reading it costs a query, which tests/annotation_ui/test_api.py's statement count catches).
 
 
-_HOT_TRIAL_FIELDS = _in_model_order(Trial, ("id", "session_id", "position", "presentations"))
+_HOT_TRIAL_FIELDS = _in_model_order(Trial, ("id", "session_id", "position", "presentations", "holds_slot"))
 _HOT_SESSION_FIELDS = _in_model_order(Session, ("id", "status", "expires_at", "study_id"))
 _HOT_STUDY_FIELDS = _in_model_order(
     Study, ("id", "kind", "display_mode", "image_ms", "target_ms", "text_ms", "blocked_ms")
@@ -576,6 +606,7 @@ def _click_in_one_statement_sql(carry: bool = False) -> tuple[str, tuple[str, ..
         f"WITH base ({names}) AS MATERIALIZED ({read_sql}), "
         f"hit AS (SELECT {base('trial', 'id')} AS id, {shown} AS presentations FROM base b "
         f"WHERE {base('trial', 'position')} = %(position)s AND {base('click', 'id')} IS NULL "
+        f"AND {base('trial', 'holds_slot')} "
         f"AND {base('session', 'status')} = %(started)s AND {base('session', 'expires_at')} > %(now)s "
         f"AND CASE WHEN jsonb_typeof({shown}) = 'array' THEN jsonb_array_length({shown}) ELSE 0 END >= 1 "
         f"AND %(now)s >= CAST({shown} -> -1 ->> 'at' AS timestamptz) "
@@ -889,6 +920,17 @@ def click_ingest(  # noqa: C901
         )
     if trial.click_pk is not None:
         raise ClickRefused(_trial_done_message(position, session.pk), reason="trial_done")
+    if not trial.holds_slot:
+        # The worker was away past the grace period and the trial's slot was given back: the player reloads,
+        # which re-reserves it or gives another image (collector.services.reservations.session_reclaim).
+        raise ClickRefused(
+            _(
+                "You were away for a while, so image %(n)s was given to someone else for now. Reload the page "
+                "to continue your batch."
+            )
+            % {"n": position + 1},
+            reason="trial_released",
+        )
     _check_click_timing(
         trial=trial,
         study=session.study,

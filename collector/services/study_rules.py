@@ -52,6 +52,12 @@ SCREEN_FIELDS = (
     "control_trials",
     "control_min_inside",
 )
+#: How a timed study's reservations follow the worker (issue 32 item 2): the grace period, short batches and
+#: rejected work.
+RESERVATION_FIELDS = ("reservation_grace_s", "short_batches", "rejected_work")
+#: The shortest grace period (s): the player sends a heartbeat every 20 s, so one lost heartbeat never releases
+#: a batch whose page is open (collector.services.reservations.HEARTBEAT_S).
+RESERVATION_GRACE_MIN_S = 30
 #: Settings that belong to one study kind only (the others apply to both kinds).
 KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     StudyKind.TIMED: (
@@ -63,6 +69,7 @@ KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
         "min_valid_per_session",
         "min_reaction_ms",
         *SCREEN_FIELDS,
+        *RESERVATION_FIELDS,
     ),
     StudyKind.CORRECTIVE: (
         "corrective_init",
@@ -176,6 +183,48 @@ def rule_valid_clicks_reachable(values: dict, dataset: Dataset | None) -> list[P
             )
         ]
     return []
+
+
+def rule_reservation_grace_fits(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """The grace period is at least ``RESERVATION_GRACE_MIN_S`` and shorter than the session timeout (past the
+    timeout the session expires anyway, so a longer grace would never release anything)."""
+    grace, timeout = _number(values, "reservation_grace_s"), _number(values, "session_timeout_s")
+    if grace is None:
+        return []
+    if grace < RESERVATION_GRACE_MIN_S:
+        return [
+            (
+                "reservation_grace_s",
+                f"Reservation grace period: {grace} s is shorter than the {RESERVATION_GRACE_MIN_S} s a page that is "
+                "still open may take between two heartbeats; use at least "
+                f"{RESERVATION_GRACE_MIN_S} (120 is the default).",
+            )
+        ]
+    if timeout is not None and grace >= timeout:
+        return [
+            (
+                "reservation_grace_s",
+                f"Reservation grace period: {grace} s is not shorter than the session timeout ({timeout} s), so an "
+                "abandoned batch would hold its images until it expires; lower it (120 is the default) or raise "
+                "the timeout.",
+            )
+        ]
+    return []
+
+
+def rule_tail_batches_can_count(values: dict, dataset: Dataset | None) -> list[Problem]:
+    """``tail`` short batches are offered only when they can still meet the batch rule: with a rule that needs
+    every trial of a full batch, no shorter batch ever could, and ``tail`` would mean ``full_only``."""
+    batch_size, needed = _number(values, "batch_size"), _number(values, "min_valid_per_session")
+    if values.get("short_batches") != "tail" or batch_size is None or needed is None or needed < batch_size:
+        return []
+    return [
+        (
+            "short_batches",
+            f"Short batches: a batch needs {needed} valid clicks of {batch_size}, so no shorter batch could ever "
+            "count; choose “only full batches”, or lower the valid clicks a batch needs.",
+        )
+    ]
 
 
 def rule_something_to_collect(values: dict, dataset: Dataset | None) -> list[Problem]:
@@ -375,6 +424,8 @@ STUDY_RULES: tuple[Rule, ...] = (
     rule_phases_in_range,
     rule_text_description_needs_descriptions,
     rule_valid_clicks_reachable,
+    rule_reservation_grace_fits,
+    rule_tail_batches_can_count,
     rule_something_to_collect,
     rule_timeout_fits_a_batch,
     rule_campaign_timeout_fits,
@@ -400,6 +451,8 @@ RULES_BY_KIND: dict[str, tuple[Rule, ...]] = {
         rule_phases_in_range,
         rule_text_description_needs_descriptions,
         rule_valid_clicks_reachable,
+        rule_reservation_grace_fits,
+        rule_tail_batches_can_count,
         rule_timeout_fits_a_batch,
         rule_screen_trials_fit,
         rule_control_rule_reachable,

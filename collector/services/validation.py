@@ -10,13 +10,13 @@ to the nearest region pixel, i.e. the value of the Euclidean distance transform 
 pixel. A click outside the image, or in a trial the player flagged (tab hidden, focus lost, viewport
 changed), is invalid whatever its distance.
 
-A session counts when it has at least ``required_valid_clicks`` valid clicks (``min_valid_per_session`` of
-``batch_size``, scaled for a shorter batch) and, when the study has control trials, at least
+A session counts when it has at least ``required_valid_clicks`` valid clicks (``min_valid_per_session``,
+whatever the batch's length: never counted below the rule) and, when the study has control trials, at least
 ``control_min_inside`` of its control clicks (at most as many as it has) lie inside their object (distance 0:
 the radius does not help a control click). Practice and control trials (``Trial.role``) are judged and stored
 like any click but are never data: they take no part in the batch rule and add nothing to a quota. Only
-valid clicks of counted sessions' task trials add to ``valid_<device>``; every task trial's in-flight slot is
-released. The whole validation of a session is one transaction guarded by
+valid clicks of counted sessions' task trials add to ``valid_<device>``; every task trial still holding its
+in-flight slot gives it back (``Trial.holds_slot``: a release or expiry may have given it back already). The whole validation of a session is one transaction guarded by
 ``validated_at IS NULL`` under ``SELECT ... FOR UPDATE``, so a redelivered task (worker killed mid-run)
 either finds nothing done and does everything, or finds it done and does nothing.
 """
@@ -126,11 +126,11 @@ def click_verdict(
 
 
 def required_valid_clicks(*, min_valid_per_session: int, batch_size: int, n_trials: int) -> int:
-    """Valid clicks a session of ``n_trials`` needs: ``min_valid_per_session`` for a full batch, scaled
-    (rounded up) for a shorter one, never more than ``n_trials``. 7 of 10 → 3 of 4 → 1 of 1."""
-    if n_trials >= batch_size:
-        return min(min_valid_per_session, n_trials)
-    return min(n_trials, math.ceil(min_valid_per_session * n_trials / batch_size))
+    """Valid clicks a session needs: ``min_valid_per_session``, whatever its length (issue 32 item 2: a batch
+    is never counted below the rule; a 2-trial batch of a study that needs 7 valid clicks is not counted).
+    ``batch_size`` and ``n_trials`` are kept for the callers that show the rule; a shorter batch is offered
+    only when it can still meet the rule (``Study.short_batches``, ``collector.services.allocation``)."""
+    return min_valid_per_session
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,7 +303,9 @@ def session_validate(*, session_id: int) -> Session | None:
                 region=region,
                 ignore=ignore,
                 radius_px=study.radius_fraction * trial.target.instance.image.diagonal_px,
-                trial_flagged=bool(trial.flags),
+                # A click on a trial whose slot a release gave back (a race with the click path, which refuses
+                # released trials) is stored but is no quota data: the target may be taken by another batch.
+                trial_flagged=bool(trial.flags) or (trial.role == Trial.Role.TASK and not trial.holds_slot),
             )
             click.is_valid = verdict.is_valid
             distance_px = verdict.distance_px
@@ -362,7 +364,11 @@ def session_validate(*, session_id: int) -> Session | None:
         # always locked by one validation at a time (no deadlock between validations), and the fullness
         # check below sees every earlier validation's committed counters.
         Round.objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
-        inflight_release(target_ids=[trial.target_id for trial in task_trials], device=session.device)
+        # Only the trials still holding their slot: a release or an expiry gave the others back (exactly once).
+        holding = [trial for trial in task_trials if trial.holds_slot]
+        inflight_release(target_ids=[trial.target_id for trial in holding], device=session.device)
+        if holding:
+            Trial.objects.filter(pk__in=[trial.pk for trial in holding]).update(holds_slot=False)
         if counted and valid_target_ids:
             field = f"valid_{session.device}"
             Target.objects.filter(pk__in=valid_target_ids).update(**{field: F(field) + 1})
@@ -402,3 +408,60 @@ def validations_requeue(*, older_than_s: float = 300.0, limit: int = 1000) -> li
     if session_ids:
         logger.warning("validations requeued", extra={"session_ids": session_ids})
     return session_ids
+
+
+def session_platform_rejected(*, session_id: int, now=None) -> dict | None:
+    """A batch counted here whose platform assignment was rejected (a wrong or reused completion code, the
+    researcher's review): apply the study's ``rejected_work`` policy once and record it in
+    ``session.platform_state["rejected"]`` (``{"at", "policy", "released"}``). ``release`` (the default): its
+    valid task clicks stop counting (``valid_<device>`` - 1 each, so the targets' quotas reopen while the round
+    is open; a round already closed stays closed, its next round built); ``count``: kept. Returns the record,
+    or None when the session is not a counted one (nothing to do). Idempotent (the record is the guard; the
+    session row is locked)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        session = (
+            Session.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("study")
+            .filter(pk=session_id)
+            .first()
+        )
+        if session is None or session.validity != Session.Validity.COUNTED:
+            return None
+        state = dict(session.platform_state or {})
+        if "rejected" in state:
+            return state["rejected"]
+        policy = session.study.rejected_work
+        released = 0
+        if policy == "release":
+            target_ids = list(
+                Trial.objects.filter(session=session, role=Trial.Role.TASK, click__is_valid=True)
+                .order_by("target_id")
+                .values_list("target_id", flat=True)
+            )
+            # The round's turn first, as validations and starts take it before the counters (no lock cycle).
+            Round.objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
+            list(
+                Target.objects.select_for_update(no_key=True)
+                .filter(pk__in=target_ids)
+                .order_by("pk")
+                .values_list("pk")
+            )
+            field = f"valid_{session.device}"
+            released = Target.objects.filter(pk__in=target_ids, **{f"{field}__gt": 0}).update(
+                **{field: F(field) - 1}
+            )
+        record = {"at": now.isoformat(), "policy": policy, "released": released}
+        state["rejected"] = record
+        session.platform_state = state
+        session.save(update_fields=["platform_state"])
+    logger.info(
+        "rejected work applied",
+        extra={
+            "session_id": session_id,
+            "study_id": session.study_id,
+            "policy": policy,
+            "released": released,
+        },
+    )
+    return record

@@ -77,7 +77,32 @@ function reportProblem(endpoint, status, message, position) {
 // ``next_presentation``, or null when the click's first sending got no 2xx).
 const carried = new Map();
 
+/** The worker was away past the study's grace period and the batch was given back, then re-reserved (a
+ *  heartbeat's ``reclaimed``, or a click or showing refused ``trial_released``): reload, which shows the batch
+ *  as re-reserved and replays the interrupted trial from phase A. */
+let reloading = false;
+function reloadForReturn() {
+  if (reloading) { return; }
+  reloading = true;
+  notice(gettext("Welcome back. Your batch is being restored…"));
+  const go = () => window.location.reload();
+  (outbox ? Promise.race([outbox.drain(), sleep(5000)]) : Promise.resolve()).then(go, go);
+}
+
+function sendHeartbeat(item) {
+  const sent = postJson(payload.api.heartbeat, { visibility: item.visibility }, 10000);
+  sent.then((result) => { if (result.ok && result.data.reclaimed) { reloadForReturn(); } }, () => {});
+  return sent;
+}
+
+/** A heartbeat into the outbox (the page is open; ``visibility``: document.visibilityState). */
+function heartbeat() {
+  if (!outbox || !payload.api.heartbeat || api.finished) { return; }
+  outbox.add({ kind: "heartbeat", visibility: document.hidden ? "hidden" : "visible" });
+}
+
 function sendClick(item) {
+  if (item.kind === "heartbeat") { return sendHeartbeat(item); }
   const sent = postJson(payload.api.click, item, 15000);
   const next = item.next_presentation;
   const report = next ? carried.get(next.position) : null;
@@ -98,6 +123,8 @@ const outbox = PREVIEW ? null : new Outbox({
     $("saving-detail").textContent = text;
   },
   onRefused: (item, result) => {
+    if (item.kind === "heartbeat") { return; }  // a bad token or a gone session: the next request says so
+    if (result.data && result.data.reason === "trial_released") { reloadForReturn(); return; }
     const reason = (result.data && result.data.error) || `HTTP ${result.status}`;
     notice(interpolate(gettext("Your answer for image %(n)s was not accepted: %(reason)s"),
       { n: item.position + 1, reason }));
@@ -252,6 +279,7 @@ async function reportPresented(position) {
     presentationId = report.id;
     const answer = await Promise.race([report.answer.promise, sleep(4000).then(() => null)]);
     if (answer && answer.ok) { return true; }
+    if (answer && answer.reason === "trial_released") { reloadForReturn(); return false; }
     if (answer && answer.reason && answer.reason !== "invalid") {
       const message = answer.error || gettext("This image cannot be shown.");
       reportProblem("presented", 409, message, position);
@@ -267,6 +295,7 @@ async function reportPresented(position) {
       const verdict = classify(result.status);
       if (verdict === "stored") { return true; }
       if (verdict === "refused") {
+        if (result.data.reason === "trial_released") { reloadForReturn(); return false; }
         const message = result.data.error || gettext("This image cannot be shown.");
         reportProblem("presented", result.status, message, position);
         if (result.status === 409) { fail(message); return false; }
@@ -443,7 +472,10 @@ document.addEventListener("gesturestart", (event) => event.preventDefault(), { p
 document.addEventListener("touchmove", (event) => {
   if (!event.target.closest || !event.target.closest(".scrollable")) { event.preventDefault(); }
 }, { passive: false });
-document.addEventListener("visibilitychange", () => { if (document.hidden) { flag("visibility_hidden"); } });
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) { flag("visibility_hidden"); }
+  heartbeat();  // hidden and visible again both tell the server the page is still there
+});
 window.addEventListener("blur", () => flag("focus_lost"));
 window.addEventListener("resize", onViewportChange);
 window.addEventListener("orientationchange", onViewportChange);
@@ -655,5 +687,7 @@ $("start-button").addEventListener("click", () => {
 });
 bindCopyButton();
 window.addEventListener("online", () => { if (outbox) { outbox.pump(); } });
+// The session stays reserved while this page is open (collector/services/reservations.py).
+if (!PREVIEW && payload.heartbeat_s) { setInterval(heartbeat, payload.heartbeat_s * 1000); }
 
 boot();

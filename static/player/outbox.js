@@ -2,6 +2,9 @@
  * Outbox: clicks persist (localStorage) until the server acknowledges them; sent in order, retried with
  * backoff on network errors, 5xx, 408 and 429. Any other 4xx is final: the server will never take that
  * item, so it leaves the outbox, the annotator is told (``onRefused``) and it is not retried.
+ *
+ * Heartbeats (items with ``kind: "heartbeat"``: the page is open, and each visibility change) travel the same
+ * way, so they retry like clicks; only the newest waiting one is kept (a heartbeat already being sent stays).
  */
 import { backoffMs, sleep } from "./loader.js";
 
@@ -55,9 +58,18 @@ export class Outbox {
     } catch { this.storage = null; }
   }
 
-  positions() { return this.items.map((item) => item.position); }
+  /** Positions of the clicks waiting (heartbeats carry none). */
+  positions() { return this.items.filter((item) => !item.kind).map((item) => item.position); }
 
-  add(item) { this.items.push(item); this.save(); this.pump(); }
+  add(item) {
+    if (item.kind === "heartbeat") {
+      // the one in flight (items[0] while sending) stays; an older waiting heartbeat says nothing more
+      this.items = this.items.filter((queued, index) => queued.kind !== "heartbeat" || (this.sending && index === 0));
+    }
+    this.items.push(item);
+    this.save();
+    this.pump();
+  }
 
   /** Resolves when every item has left the outbox (stored or refused). */
   drain() {

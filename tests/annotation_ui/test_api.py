@@ -24,7 +24,7 @@ from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
-ENDPOINTS = ("click", "client", "presented", "problem", "finish")
+ENDPOINTS = ("click", "client", "presented", "problem", "heartbeat", "finish")
 CORRECTIVE_ENDPOINTS = ("click", "undo", "submit", "skip", "done", "finish")
 
 

@@ -57,7 +57,8 @@ def _start(*, study, worker, device="pc", count=None) -> tuple[Session | None, l
 
 def test_batch_has_distinct_unseen_images_and_counts_inflight(tmp_path):
     dataset = make_dataset(tmp_path, n_images=6, objects_per_image=2)
-    study = make_study(dataset, publish=True, batch_size=4)
+    # tail: a shorter batch is offered when it can still meet the batch rule (2 valid clicks here)
+    study = make_study(dataset, publish=True, batch_size=4, short_batches="tail", min_valid_per_session=2)
     worker = make_worker()
 
     _, first = _start(study=study, worker=worker, device="mobile")
@@ -81,7 +82,9 @@ def test_batch_has_distinct_unseen_images_and_counts_inflight(tmp_path):
 
 def test_prefers_targets_furthest_from_quota(tmp_path):
     dataset = make_dataset(tmp_path, n_images=5)
-    study = make_study(dataset, publish=True, batch_size=2, quota_pc=10)
+    study = make_study(
+        dataset, publish=True, batch_size=2, quota_pc=10, short_batches="tail", min_valid_per_session=1
+    )
     targets = list(_open_round(study).targets.order_by("pk"))
     # deficits: 10-8=2, 10-1-1=8, 10-0=10, 10-5=5, 10-9-1=0 (full)
     for target, (valid, inflight) in zip(targets, [(8, 0), (1, 1), (0, 0), (5, 0), (9, 1)], strict=True):
@@ -96,14 +99,28 @@ def test_prefers_targets_furthest_from_quota(tmp_path):
     assert len(got) == 4
 
 
-def test_min_batch_size_refuses_short_batches_without_changing_counters(tmp_path):
+def test_short_batches_follow_the_policy_without_changing_counters_when_refused(tmp_path):
+    """full_only (the default) never offers a short batch; tail offers one of at least
+    max(min_batch_size, min_valid_per_session) trials, so it can still meet the batch rule."""
     dataset = make_dataset(tmp_path, n_images=3)
-    study = make_study(dataset, publish=True, batch_size=10, min_batch_size=4)
+    study = make_study(dataset, publish=True, batch_size=10, min_valid_per_session=1)
+    assert study.short_batches == "full_only"
     session, got = _start(study=study, worker=make_worker())
     assert session is None and got == []
     assert Target.objects.filter(inflight_pc__gt=0).count() == 0
 
-    study.min_batch_size = 3
+    study.short_batches, study.min_batch_size = "tail", 4
+    study.save()
+    session, got = _start(study=study, worker=make_worker())
+    assert session is None and got == []
+    assert Target.objects.filter(inflight_pc__gt=0).count() == 0
+
+    study.min_batch_size, study.min_valid_per_session = 1, 4  # 3 trials could never meet 4 valid clicks
+    study.save()
+    session, got = _start(study=study, worker=make_worker())
+    assert session is None and got == []
+
+    study.min_batch_size, study.min_valid_per_session = 3, 3
     study.save()
     _, got = _start(study=study, worker=make_worker())
     assert len(got) == 3
@@ -148,7 +165,9 @@ def test_50_concurrent_starts_never_exceed_quota_plus_inflight(tmp_path):
     """50 threads, each on its own connection, call session_start at once for 12 images x quota 3."""
     n_images, quota, batch = 12, 3, 10
     dataset = make_dataset(tmp_path, n_images=n_images)
-    study = make_study(dataset, publish=True, quota_pc=quota, batch_size=batch)
+    study = make_study(
+        dataset, publish=True, quota_pc=quota, batch_size=batch, short_batches="tail", min_valid_per_session=1
+    )
     workers = [make_worker() for _ in range(50)]
     barrier = threading.Barrier(len(workers))
     results: dict[int, list[int]] = {}
@@ -278,7 +297,15 @@ def test_every_start_takes_exactly_the_targets_the_candidates_rule_names(tmp_pat
 
     rng = random.Random(7)
     dataset = make_dataset(tmp_path, n_images=9, objects_per_image=3, size=(48, 36))
-    study = make_study(dataset, publish=True, batch_size=4, min_batch_size=3, quota_pc=6)
+    study = make_study(
+        dataset,
+        publish=True,
+        batch_size=4,
+        min_batch_size=3,
+        quota_pc=6,
+        short_batches="tail",
+        min_valid_per_session=1,
+    )
     round_ = _open_round(study)
     target_ids = list(round_.targets.order_by("pk").values_list("pk", flat=True))
     workers = [make_worker() for _ in range(4)]

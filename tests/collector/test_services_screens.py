@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def study(tmp_path, settings):
     settings.MEDIA_ROOT = tmp_path / "media"
-    dataset = make_dataset(tmp_path, n_images=8, size=(120, 90))
+    dataset = make_dataset(tmp_path, n_images=12, size=(120, 90))
     return make_study(
         dataset,
         publish=True,

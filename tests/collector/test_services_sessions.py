@@ -78,11 +78,14 @@ def test_start_refuses_draft_study_unknown_device_and_when_nothing_is_left(tmp_p
         session_start(study=draft, worker=make_worker(), device="pc")
     with pytest.raises(SessionStartRefused, match="tablet"):
         session_start(study=study, worker=make_worker(), device="tablet")
-    # quota_pc=1 and 4 targets: the first worker takes 3, the second the last one, the third gets nothing.
+    # quota_pc=1 and 4 targets: the first worker takes 3, the second the last one (a tail batch: the study
+    # allows them and needs 1 valid click), the third gets nothing for now (all 4 are in running batches).
+    study.short_batches, study.min_valid_per_session = "tail", 1
+    study.save()
     session_start(study=study, worker=make_worker(), device="pc")
     second = session_start(study=study, worker=make_worker(), device="pc")
     assert second.trials.count() == 1
-    with pytest.raises(SessionStartRefused, match="no images left"):
+    with pytest.raises(SessionStartRefused, match="being worked on by other participants"):
         session_start(study=study, worker=make_worker(), device="pc")
     assert Session.objects.count() == 2
 

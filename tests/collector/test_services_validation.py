@@ -89,12 +89,12 @@ def test_flagged_trial_is_invalid_inside_the_region():
 
 
 @pytest.mark.parametrize(
-    "min_valid, batch, trials, expected",
-    [(7, 10, 10, 7), (7, 10, 4, 3), (7, 10, 1, 1), (10, 10, 3, 3), (0, 10, 5, 0)],
+    "min_valid, batch, trials", [(7, 10, 10), (7, 10, 4), (7, 10, 2), (4, 5, 1), (0, 10, 5)]
 )
-def test_required_valid_clicks_scales_for_short_batches(min_valid, batch, trials, expected):
+def test_required_valid_clicks_never_scales_down_for_short_batches(min_valid, batch, trials):
+    """Issue 32 item 2: a batch is never counted below the rule (a 2-trial batch of a 7-valid study is not)."""
     assert (
-        required_valid_clicks(min_valid_per_session=min_valid, batch_size=batch, n_trials=trials) == expected
+        required_valid_clicks(min_valid_per_session=min_valid, batch_size=batch, n_trials=trials) == min_valid
     )
 
 
@@ -226,13 +226,24 @@ def test_running_expired_and_missing_sessions_are_left_alone(rect_study):
 
 
 @pytest.mark.django_db
-def test_short_batch_needs_the_scaled_number_of_valid_clicks(tmp_path):
+def test_a_short_batch_is_never_counted_below_the_rule(tmp_path):
+    """A tail batch of 4 (short_batches=tail) needs the study's full 4 valid clicks: 3 of 4 is not counted, and
+    adds nothing to the quotas, though the scaled rule of old (ceil(4 * 4 / 10) = 2) would have counted it."""
     dataset = make_rect_dataset(tmp_path, n_images=4)
-    study = make_study(dataset, publish=True)
-    session = _finished_session(study, [CENTRE, CENTRE, CENTRE, FAR])  # 3 of 4 ≥ ceil(7 * 4 / 10) = 3
+    study = make_study(dataset, publish=True, short_batches="tail", min_valid_per_session=4)
+    session = _finished_session(study, [CENTRE, CENTRE, CENTRE, FAR])
+    assert session.trials.count() == 4
     session_validate(session_id=session.pk)
     session.refresh_from_db()
-    assert (session.validity, session.valid_clicks) == ("counted", 3)
+    assert (session.validity, session.valid_clicks) == ("rejected", 3)
+    assert "the study needs at least 4" in session.rejection_reason
+    assert sum(Target.objects.values_list("valid_pc", flat=True)) == 0
+    assert sum(Target.objects.values_list("inflight_pc", flat=True)) == 0
+
+    counted = _finished_session(study, [CENTRE, CENTRE, CENTRE, CENTRE])
+    session_validate(session_id=counted.pk)
+    counted.refresh_from_db()
+    assert (counted.validity, counted.valid_clicks) == ("counted", 4)
 
 
 @pytest.mark.django_db

@@ -92,3 +92,29 @@ test("outbox: retries 5xx, drops and reports a 4xx once, keeps order, persists",
   const reloaded = new Outbox({ key: "k", storage, send: async () => ({ status: 201 }) });
   assert.deepEqual(reloaded.positions(), []);
 });
+
+test("outbox: heartbeats retry like clicks, keep their place, and only the newest waiting one is sent", async () => {
+  const answers = [503, 200, 201, 200];
+  const sent = [];
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  const outbox = new Outbox({
+    key: "hb", storage: null,
+    send: async (item) => {
+      sent.push(item.kind || `click ${item.position}`);
+      if (sent.length === 1) { await gate; }
+      return { status: answers.shift(), data: {} };
+    },
+    wait: async () => {}, backoff: () => 0,
+  });
+  outbox.add({ kind: "heartbeat", visibility: "visible" });  // in flight: stays
+  outbox.add({ position: 4 });
+  outbox.add({ kind: "heartbeat", visibility: "hidden" });
+  outbox.add({ kind: "heartbeat", visibility: "visible" });  // replaces the waiting "hidden" one
+  assert.deepEqual(outbox.positions(), [4], "heartbeats carry no position");
+  assert.deepEqual(outbox.items.map((item) => item.kind || item.position), ["heartbeat", 4, "heartbeat"]);
+  release();
+  await outbox.drain();
+  assert.deepEqual(sent, ["heartbeat", "heartbeat", "click 4", "heartbeat"]);
+  assert.equal(outbox.items.length, 0);
+});

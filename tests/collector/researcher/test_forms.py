@@ -283,3 +283,47 @@ def test_a_campaigns_session_must_leave_time_for_its_rounds(dataset):
         "more than a day"
         in _errors(dataset, kind="corrective", session_timeout_s=100_000)["session_timeout_s"][0]
     )
+
+
+def test_the_reservation_settings_default_and_are_checked(dataset):
+    """Issue 32 item 2: a form without them keeps the defaults; a grace period under 30 s or not shorter than the
+    timeout, and tail batches that could never count, are refused naming the field, the value and what to do."""
+    form = StudyForm(_valid(dataset))
+    assert form.is_valid(), form.errors
+    fields = form.study_fields()
+    assert (fields["reservation_grace_s"], fields["short_batches"], fields["rejected_work"]) == (
+        120,
+        "full_only",
+        "release",
+    )
+    form = StudyForm(_valid(dataset, reservation_grace_s=300, short_batches="tail", rejected_work="count"))
+    assert form.is_valid(), form.errors
+
+    (message,) = _errors(dataset, reservation_grace_s=10)["reservation_grace_s"]
+    assert (
+        message.startswith("Reservation grace period: 10 s is shorter than the 30 s")
+        and "at least 30" in message
+    )
+    (message,) = _errors(dataset, reservation_grace_s=1800)["reservation_grace_s"]
+    assert "not shorter than the session timeout (1800 s)" in message
+    (message,) = _errors(dataset, short_batches="tail", min_valid_per_session=3)["short_batches"]
+    assert "a batch needs 3 valid clicks of 3, so no shorter batch could ever count" in message
+    corrective = StudyForm(_valid(dataset, kind="corrective"))
+    assert "reservation_grace_s" in corrective.hidden_fields_for_kind()
+
+
+def test_the_study_page_says_what_the_rejected_work_policy_did(client, dataset, django_user_model):
+    from collector.models import Session, Target
+    from collector.services.validation import session_platform_rejected
+    from tests.factories import make_researcher, make_study, make_validated_batch
+
+    study = make_study(dataset, publish=True, batch_size=3, min_valid_per_session=2, quota_pc=2)
+    counted = make_validated_batch(study)
+    assert counted.validity == "counted"
+    assert session_platform_rejected(session_id=counted.pk)["released"] == 3
+    assert set(Target.objects.filter(round__study=study).values_list("valid_pc", flat=True)) == {0}
+    client.force_login(make_researcher())
+    page = client.get(f"/researcher/studies/{study.pk}/").content.decode()
+    assert "1 counted batch rejected on the platform: 3 valid clicks given back to the quotas" in page
+    assert "policy: given back: its clicks stop counting toward the quotas" in page
+    assert Session.objects.get(pk=counted.pk).platform_state["rejected"]["policy"] == "release"
