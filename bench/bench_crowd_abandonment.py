@@ -69,10 +69,10 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     returns = leaves and rng.random() < spec["return_share"] / spec["leave_share"]
     leave_at = (rng.randrange(spec["batch"]), rng.choice("ABCD")) if leaves else None
 
-    async def call(method, path, *, body=None, data=None, ok=(200, 201)):
+    async def call(method, path, *, body=None, data=None, timeout_s=15):
         for attempt in range(60):
             try:
-                response = await http.request(method, path, json=body, data=data, timeout=15)
+                response = await http.request(method, path, json=body, data=data, timeout=timeout_s)
             except Exception as exc:
                 log["stages"][f"{method} {path.rsplit('/', 1)[-1] or 'entry'} {type(exc).__name__}"] += 1
                 await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
@@ -87,7 +87,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         if log["filled"].is_set():
             return
         # The entry answers the player page itself; its address (the task link) is in the page.
-        response = await call("POST", f"/s/{spec['link']}/", data={"device": "pc"})
+        # A browser waits for the page: a retry of an entry that was only slow would start a second batch.
+        response = await call("POST", f"/s/{spec['link']}/", data={"device": "pc"}, timeout_s=120)
         shown = PLAYER_ADDRESS.search(response.text.replace("\\u002D", "-")) if response is not None else None
         log["stages"][
             f"entry {response.status_code if response is not None else 'none'} {'token' if shown else '-'}"
@@ -198,7 +199,7 @@ async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leaver
     await asyncio.wait(tasks, timeout=60)
     for task in tasks:
         task.cancel()
-    print(f"   stages: {dict(log['stages'])}", flush=True)
+    print(f"   requests: {dict(log['stages'])}", flush=True)
     failures = [
         task.exception() for task in tasks if task.done() and not task.cancelled() and task.exception()
     ]
