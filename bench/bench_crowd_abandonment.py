@@ -113,7 +113,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
                 await call("POST", f"{api}/heartbeat", body={"visibility": "visible"})
 
     async def play(positions: list[int], *, may_leave: bool) -> bool:
-        """Play ``positions``; False when the annotator left (or its batch ended)."""
+        """Play ``positions``: True when done, False when the annotator left (or its batch ended), "reload"
+        when a trial was refused ``trial_released``."""
         for position in positions:
             if may_leave and leave_at and position == leave_at[0] and leave_at[1] == "A":
                 return False
@@ -121,7 +122,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
                 "POST", f"{api}/presented", body={"position": position, "presentation_id": uuid.uuid4().hex}
             )
             if response is None or response.status_code != 200:
-                return False
+                released = (
+                    response is not None
+                    and response.status_code == 409
+                    and b"trial_released" in response.content
+                )
+                return "reload" if released else False
             for phase in "BCD":
                 await asyncio.sleep(PHASE_MS / 1000 if phase != "D" else 0.05)
                 if may_leave and leave_at and position == leave_at[0] and leave_at[1] == phase:
@@ -135,7 +141,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
             acked = response is not None and response.status_code in (200, 201)
             record["clicks"].append({"key": key, "acked": acked})
             if not acked:
-                return False
+                released = (
+                    response is not None
+                    and response.status_code == 409
+                    and b"trial_released" in response.content
+                )
+                return "reload" if released else False
         return True
 
     beat = asyncio.create_task(heartbeats())
@@ -145,6 +156,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
     record["n_trials"] = len(positions)
     done = await play(positions, may_leave=True)
+    while done == "reload":  # as the player: its batch was given back while it was slow; reload and go on
+        log["stages"]["reload after a release"] += 1
+        await call("GET", f"/a/{token}/")
+        state = await call("GET", f"{api}/state")
+        positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
+        done = await play(positions, may_leave=True)
     if not done:
         alive["on"] = False  # the tab is closed: nothing more is sent
         record["left_at"] = time.monotonic()
@@ -162,6 +179,11 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         state = await call("GET", f"{api}/state")
         positions = [t["position"] for t in state.json()["trials"] if not t["done"]]
         done = await play(positions, may_leave=False)
+        while done == "reload":
+            await call("GET", f"/a/{token}/")
+            state = await call("GET", f"{api}/state")
+            positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
+            done = await play(positions, may_leave=False)
     if done:
         response = await call("POST", f"{api}/finish", body={})
         record["finished"] = response is not None and response.status_code == 200
