@@ -22,7 +22,7 @@ session expired) against what a 30-minute hold would have held, refusals (tempor
 1 otherwise): every quota met exactly, no batch counted with fewer valid clicks than the rule, every
 acknowledged click stored exactly once and no click stored twice.
 
-    .venv/bin/python bench/bench_crowd_abandonment.py --short      # 60 annotators per crowd (~2 min)
+    .venv/bin/python bench/bench_crowd_abandonment.py --short      # 60 annotators per crowd (~5 min on 2 busy cores)
     .venv/bin/python bench/bench_crowd_abandonment.py              # 300 annotators per crowd
 """
 
