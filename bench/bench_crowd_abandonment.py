@@ -22,7 +22,7 @@ session expired) against what a 30-minute hold would have held, refusals (tempor
 1 otherwise): every quota met exactly, no batch counted with fewer valid clicks than the rule, every
 acknowledged click stored exactly once and no click stored twice.
 
-    .venv/bin/python bench/bench_crowd_abandonment.py --short      # 60 annotators per crowd (~2 min)
+    .venv/bin/python bench/bench_crowd_abandonment.py --short      # 60 annotators per crowd (~5 min on 2 busy cores)
     .venv/bin/python bench/bench_crowd_abandonment.py              # 300 annotators per crowd
 """
 
@@ -69,10 +69,10 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     returns = leaves and rng.random() < spec["return_share"] / spec["leave_share"]
     leave_at = (rng.randrange(spec["batch"]), rng.choice("ABCD")) if leaves else None
 
-    async def call(method, path, *, body=None, data=None, ok=(200, 201)):
+    async def call(method, path, *, body=None, data=None, timeout_s=15):
         for attempt in range(60):
             try:
-                response = await http.request(method, path, json=body, data=data, timeout=15)
+                response = await http.request(method, path, json=body, data=data, timeout=timeout_s)
             except Exception as exc:
                 log["stages"][f"{method} {path.rsplit('/', 1)[-1] or 'entry'} {type(exc).__name__}"] += 1
                 await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
@@ -87,7 +87,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         if log["filled"].is_set():
             return
         # The entry answers the player page itself; its address (the task link) is in the page.
-        response = await call("POST", f"/s/{spec['link']}/", data={"device": "pc"})
+        # A browser waits for the page: a retry of an entry that was only slow would start a second batch.
+        response = await call("POST", f"/s/{spec['link']}/", data={"device": "pc"}, timeout_s=120)
         shown = PLAYER_ADDRESS.search(response.text.replace("\\u002D", "-")) if response is not None else None
         log["stages"][
             f"entry {response.status_code if response is not None else 'none'} {'token' if shown else '-'}"
@@ -112,7 +113,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
                 await call("POST", f"{api}/heartbeat", body={"visibility": "visible"})
 
     async def play(positions: list[int], *, may_leave: bool) -> bool:
-        """Play ``positions``; False when the annotator left (or its batch ended)."""
+        """Play ``positions``: True when done, False when the annotator left (or its batch ended), "reload"
+        when a trial was refused ``trial_released``."""
         for position in positions:
             if may_leave and leave_at and position == leave_at[0] and leave_at[1] == "A":
                 return False
@@ -120,7 +122,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
                 "POST", f"{api}/presented", body={"position": position, "presentation_id": uuid.uuid4().hex}
             )
             if response is None or response.status_code != 200:
-                return False
+                released = (
+                    response is not None
+                    and response.status_code == 409
+                    and b"trial_released" in response.content
+                )
+                return "reload" if released else False
             for phase in "BCD":
                 await asyncio.sleep(PHASE_MS / 1000 if phase != "D" else 0.05)
                 if may_leave and leave_at and position == leave_at[0] and leave_at[1] == phase:
@@ -134,7 +141,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
             acked = response is not None and response.status_code in (200, 201)
             record["clicks"].append({"key": key, "acked": acked})
             if not acked:
-                return False
+                released = (
+                    response is not None
+                    and response.status_code == 409
+                    and b"trial_released" in response.content
+                )
+                return "reload" if released else False
         return True
 
     beat = asyncio.create_task(heartbeats())
@@ -144,6 +156,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
     record["n_trials"] = len(positions)
     done = await play(positions, may_leave=True)
+    while done == "reload":  # as the player: its batch was given back while it was slow; reload and go on
+        log["stages"]["reload after a release"] += 1
+        await call("GET", f"/a/{token}/")
+        state = await call("GET", f"{api}/state")
+        positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
+        done = await play(positions, may_leave=True)
     if not done:
         alive["on"] = False  # the tab is closed: nothing more is sent
         record["left_at"] = time.monotonic()
@@ -161,6 +179,11 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         state = await call("GET", f"{api}/state")
         positions = [t["position"] for t in state.json()["trials"] if not t["done"]]
         done = await play(positions, may_leave=False)
+        while done == "reload":
+            await call("GET", f"/a/{token}/")
+            state = await call("GET", f"{api}/state")
+            positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
+            done = await play(positions, may_leave=False)
     if done:
         response = await call("POST", f"{api}/finish", body={})
         record["finished"] = response is not None and response.status_code == 200
@@ -198,7 +221,7 @@ async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leaver
     await asyncio.wait(tasks, timeout=60)
     for task in tasks:
         task.cancel()
-    print(f"   stages: {dict(log['stages'])}", flush=True)
+    print(f"   requests: {dict(log['stages'])}", flush=True)
     failures = [
         task.exception() for task in tasks if task.done() and not task.cancelled() and task.exception()
     ]

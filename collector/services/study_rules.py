@@ -200,7 +200,8 @@ def rule_reservation_grace_fits(values: dict, dataset: Dataset | None) -> list[P
                 f"{RESERVATION_GRACE_MIN_S} (120 is the default).",
             )
         ]
-    if timeout is not None and grace >= timeout:
+    # judged against a timeout that is itself fine (rule_timeout_fits_a_batch says what is wrong with it)
+    if timeout is not None and grace >= timeout and not rule_timeout_fits_a_batch(values, dataset):
         return [
             (
                 "reservation_grace_s",

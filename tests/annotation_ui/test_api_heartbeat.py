@@ -22,6 +22,15 @@ pytestmark = pytest.mark.django_db
 RUSSIAN = {"HTTP_ACCEPT_LANGUAGE": "ru-RU,ru;q=0.9,en;q=0.8"}
 
 
+@pytest.fixture(autouse=True)
+def _english_after():
+    """The Russian requests below leave Russian active in this thread; later tests expect the default."""
+    yield
+    from django.utils import translation
+
+    translation.activate("en")
+
+
 @pytest.fixture
 def study(tmp_path, settings):
     settings.MEDIA_ROOT = tmp_path / "media"

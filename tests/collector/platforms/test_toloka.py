@@ -393,3 +393,33 @@ def test_the_time_limit_leaves_time_to_submit_the_code(study, fake_toloka):
     study_launch(study_id=study.pk)
     limits = {p["assignment_max_duration_seconds"] for p in fake_toloka.state()["pools"].values()}
     assert limits == {study.session_timeout_s + 300}
+
+
+@pytest.mark.parametrize("policy", ["release", "count"])
+def test_counted_work_toloka_rejects_follows_the_rejected_work_policy(study, fake_toloka, policy):
+    """Issue 32 item 2: a batch counted here whose Toloka assignment the sync rejects (a made-up code) gives its
+    valid clicks back to the quotas (``release``, the default) or keeps them (``count``), once, recorded on
+    the session; a second sync changes nothing."""
+    from collector.models import Target
+
+    Study.objects.filter(pk=study.pk).update(rejected_work=policy)
+    study_launch(study_id=study.pk)
+    pool = _pool(study)
+    _, good = worker_does_batch(fake_toloka, pool, "user-a")
+    _, made_up = worker_does_batch(fake_toloka, pool, "user-c", code="12-AAAAAAAAAA")
+    good.refresh_from_db()
+    made_up.refresh_from_db()
+    assert good.validity == made_up.validity == "counted"
+    before = sum(Target.objects.filter(round__study=study).values_list("valid_pc", flat=True))
+    assert before == good.valid_clicks + made_up.valid_clicks
+
+    for _ in range(2):
+        study_sync(study_id=study.pk)
+    made_up.refresh_from_db()
+    record = made_up.platform_state["rejected"]
+    assert record["policy"] == policy
+    assert record["released"] == (made_up.valid_clicks if policy == "release" else 0)
+    after = sum(Target.objects.filter(round__study=study).values_list("valid_pc", flat=True))
+    assert after == before - record["released"]
+    good.refresh_from_db()
+    assert "rejected" not in good.platform_state

@@ -317,12 +317,15 @@ def test_the_study_page_says_what_the_rejected_work_policy_did(client, dataset, 
     from collector.services.validation import session_platform_rejected
     from tests.factories import make_researcher, make_study, make_validated_batch
 
-    study = make_study(dataset, publish=True, batch_size=3, min_valid_per_session=2, quota_pc=2)
+    researcher = make_researcher()
+    study = make_study(
+        dataset, publish=True, batch_size=3, min_valid_per_session=2, quota_pc=2, owner=researcher
+    )
     counted = make_validated_batch(study)
     assert counted.validity == "counted"
     assert session_platform_rejected(session_id=counted.pk)["released"] == 3
     assert set(Target.objects.filter(round__study=study).values_list("valid_pc", flat=True)) == {0}
-    client.force_login(make_researcher())
+    client.force_login(researcher)
     page = client.get(f"/researcher/studies/{study.pk}/").content.decode()
     assert "1 counted batch rejected on the platform: 3 valid clicks given back to the quotas" in page
     assert "policy: given back: its clicks stop counting toward the quotas" in page
