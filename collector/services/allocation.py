@@ -363,12 +363,18 @@ def sessions_expire(*, now=None, batch_size: int = 200) -> int:
             )
             if not sessions:
                 return expired
-            Session.objects.filter(pk__in=[s.pk for s in sessions]).update(status=Session.Status.EXPIRED)
+            Session.objects.filter(pk__in=[s.pk for s in sessions]).update(
+                status=Session.Status.EXPIRED, ended_by="timeout"
+            )
             by_device: dict[str, list[int]] = {}
             # a corrective qualification test took no slot (collector.services.qualification)
-            # nor did practice and control trials (collector.services.screens)
+            # nor did practice and control trials (collector.services.screens); a released trial gave its
+            # slot back already (collector.services.monitor.session_release)
             for target_id, device in Trial.objects.filter(
-                session_id__in=[s.pk for s in sessions], session__is_qualification=False, role=Trial.Role.TASK
+                session_id__in=[s.pk for s in sessions],
+                session__is_qualification=False,
+                role=Trial.Role.TASK,
+                holds_slot=True,
             ).values_list("target_id", "session__device"):
                 by_device.setdefault(device, []).append(target_id)
             for device, target_ids in sorted(by_device.items()):

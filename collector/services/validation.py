@@ -11,12 +11,14 @@ pixel. A click outside the image, or in a trial the player flagged (tab hidden, 
 changed), is invalid whatever its distance.
 
 A session counts when it has at least ``required_valid_clicks`` valid clicks (``min_valid_per_session`` of
-``batch_size``, scaled for a shorter batch) and, when the study has control trials, at least
+``batch_size``, scaled for a shorter batch; with the study's ``batch_rule`` ``inside``, the RClicks paper's
+wording, that many clicks inside the target region itself, distance 0, instead of valid ones) and, when the study has control trials, at least
 ``control_min_inside`` of its control clicks (at most as many as it has) lie inside their object (distance 0:
 the radius does not help a control click). Practice and control trials (``Trial.role``) are judged and stored
 like any click but are never data: they take no part in the batch rule and add nothing to a quota. Only
-valid clicks of counted sessions' task trials add to ``valid_<device>``; every task trial's in-flight slot is
-released. The whole validation of a session is one transaction guarded by
+valid clicks of counted sessions' task trials add to ``valid_<device>`` (whichever the batch rule: a click's
+validity does not change with it; a simulated annotator's session, ``Session.is_bot``, adds nothing); every
+task trial's in-flight slot still held is released. The whole validation of a session is one transaction guarded by
 ``validated_at IS NULL`` under ``SELECT ... FOR UPDATE``, so a redelivered task (worker killed mid-run)
 either finds nothing done and does everything, or finds it done and does nothing.
 """
@@ -39,6 +41,7 @@ from django.utils import timezone
 from PIL import Image as PILImage
 
 from collector.models import Click, Round, Session, Target, Trial
+from collector.models.studies import BatchRule
 from collector.services.allocation import inflight_release
 from collector.services.prepared import column, prepared_cursor
 from collector.services.quality import session_quality_flags
@@ -131,6 +134,22 @@ def required_valid_clicks(*, min_valid_per_session: int, batch_size: int, n_tria
     if n_trials >= batch_size:
         return min(min_valid_per_session, n_trials)
     return min(n_trials, math.ceil(min_valid_per_session * n_trials / batch_size))
+
+
+def batch_rule_problems(*, rule: str, valid: int, inside: int, trials: int, required: int) -> list[str]:
+    """Why a batch of ``trials`` task trials fails the study's batch rule (``[]``: it passes). ``valid``: its
+    valid clicks; ``inside``: those inside the target region itself (distance 0). Rule ``valid`` counts the
+    valid ones, ``inside`` (the RClicks paper's "within the object mask") the inside ones."""
+    if rule == BatchRule.INSIDE:
+        if inside < required:
+            return [
+                f"{inside} of {trials} clicks were inside the object (batch rule “inside”); the study needs at "
+                f"least {required}."
+            ]
+        return []
+    if valid < required:
+        return [f"{valid} of {trials} clicks were valid; the study needs at least {required}."]
+    return []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,6 +311,7 @@ def session_validate(*, session_id: int) -> Session | None:
         clicks: list[Click] = []
         valid_target_ids: list[int] = []
         control_inside = 0
+        inside = 0  # valid task clicks inside the target region itself (the ``inside`` batch rule)
         for trial in trials:
             click = getattr(trial, "click", None)
             if click is None:
@@ -314,6 +334,7 @@ def session_validate(*, session_id: int) -> Session | None:
                 control_inside += int(verdict.is_valid and click.distance_px == 0.0)
             elif verdict.is_valid and trial.role == Trial.Role.TASK:
                 valid_target_ids.append(trial.target_id)
+                inside += int(click.distance_px == 0.0)
         _verdicts_store(clicks)
 
         # Practice and control trials are never data: the batch rule and the quotas see the task trials only.
@@ -325,11 +346,9 @@ def session_validate(*, session_id: int) -> Session | None:
             batch_size=study.batch_size,
             n_trials=len(task_trials),
         )
-        reasons = []
-        if n_valid < required:
-            reasons.append(
-                f"{n_valid} of {len(task_trials)} clicks were valid; the study needs at least {required}."
-            )
+        reasons = batch_rule_problems(
+            rule=study.batch_rule, valid=n_valid, inside=inside, trials=len(task_trials), required=required
+        )
         session.control_inside = control_inside if n_control else None
         session.control_passed = None
         if n_control:
@@ -362,8 +381,11 @@ def session_validate(*, session_id: int) -> Session | None:
         # always locked by one validation at a time (no deadlock between validations), and the fullness
         # check below sees every earlier validation's committed counters.
         Round.objects.select_for_update(no_key=True).filter(pk=session.round_id).first()
-        inflight_release(target_ids=[trial.target_id for trial in task_trials], device=session.device)
-        if counted and valid_target_ids:
+        # a trial released while the batch ran (collector.services.monitor) gave its slot back already
+        inflight_release(
+            target_ids=[trial.target_id for trial in task_trials if trial.holds_slot], device=session.device
+        )
+        if counted and valid_target_ids and not session.is_bot:  # simulated annotators fill no quota
             field = f"valid_{session.device}"
             Target.objects.filter(pk__in=valid_target_ids).update(**{field: F(field) + 1})
         round_close_if_full(round_id=session.round_id)
