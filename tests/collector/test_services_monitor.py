@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def study(tmp_path):
     dataset = make_rect_dataset(tmp_path, n_images=6)
-    return make_study(dataset, publish=True, batch_size=5, min_valid_per_session=3, quota_pc=2, quota_mobile=2)
+    return make_study(
+        dataset, publish=True, batch_size=5, min_valid_per_session=3, quota_pc=2, quota_mobile=2
+    )
 
 
 def _inflight(study, device="pc") -> dict[int, int]:
@@ -51,7 +53,9 @@ def test_release_gives_back_the_unclicked_trials_slots_once(study):
     after = _inflight(study)
     for trial in trials:
         assert after[trial.target_id] == (1 if trial.position < 2 else 0), trial.position
-    assert list(Trial.objects.filter(session=session).order_by("position").values_list("holds_slot", flat=True)) == [
+    assert list(
+        Trial.objects.filter(session=session).order_by("position").values_list("holds_slot", flat=True)
+    ) == [
         True,
         True,
         False,

@@ -91,14 +91,20 @@ def test_release_then_expire_from_the_page(client, alice, alice_study, running):
     )
     assert "2 unclicked images given back" in response.content.decode()
     assert _inflight(alice_study) == 1
-    response = client.post(reverse("researcher:session_release", args=[alice_study.pk, running.pk]), follow=True)
+    response = client.post(
+        reverse("researcher:session_release", args=[alice_study.pk, running.pk]), follow=True
+    )
     assert "held no slot to give back" in response.content.decode()
-    response = client.post(reverse("researcher:session_expire", args=[alice_study.pk, running.pk]), follow=True)
+    response = client.post(
+        reverse("researcher:session_expire", args=[alice_study.pk, running.pk]), follow=True
+    )
     assert f"Session {running.pk} expired by alice" in response.content.decode()
     assert _inflight(alice_study) == 0
     running.refresh_from_db()
     assert (running.status, running.ended_by) == ("expired", "researcher")
-    response = client.post(reverse("researcher:session_expire", args=[alice_study.pk, running.pk]), follow=True)
+    response = client.post(
+        reverse("researcher:session_expire", args=[alice_study.pk, running.pk]), follow=True
+    )
     assert "only a running session can be expired" in response.content.decode()
 
 
@@ -118,21 +124,29 @@ def test_block_worker_from_the_page_and_the_worker_is_refused(client, alice, ali
 def test_a_blocked_link_worker_is_told_on_the_entry_page(client, alice, alice_study):
     from collector.services.tokens import study_link_token_make
 
-    entry = reverse("annotation_ui:study_link", kwargs={"token": study_link_token_make(study_id=alice_study.pk)})
+    entry = reverse(
+        "annotation_ui:study_link", kwargs={"token": study_link_token_make(study_id=alice_study.pk)}
+    )
     annotator = Client()
     assert annotator.post(entry, {"device": "pc"}).status_code == 200
     session = Session.objects.get(study=alice_study)
     client.force_login(alice)
-    client.post(reverse("researcher:worker_block", args=[alice_study.pk, session.worker_id]), {"reason": "bot-like"})
+    client.post(
+        reverse("researcher:worker_block", args=[alice_study.pk, session.worker_id]), {"reason": "bot-like"}
+    )
     again = annotator.post(entry, {"device": "pc"})
-    assert again.status_code == 409 and "You cannot take part in this study any more." in again.content.decode()
+    assert (
+        again.status_code == 409 and "You cannot take part in this study any more." in again.content.decode()
+    )
 
 
 def test_run_bots_is_refused_on_a_published_study_and_queued_on_a_draft(client, alice, alice_study, dataset):
     from tests.factories import make_study
 
     client.force_login(alice)
-    response = client.post(reverse("researcher:study_bots_run", args=[alice_study.pk]), {"bots": "3"}, follow=True)
+    response = client.post(
+        reverse("researcher:study_bots_run", args=[alice_study.pk]), {"bots": "3"}, follow=True
+    )
     assert "simulated annotators run on a draft only" in response.content.decode()
     draft = make_study(dataset, owner=alice, batch_size=3, min_valid_per_session=2)
     page = client.get(reverse("researcher:study_detail", args=[draft.pk])).content.decode()
@@ -144,7 +158,9 @@ def test_run_bots_is_refused_on_a_published_study_and_queued_on_a_draft(client, 
     )
     assert "phone_share=2.0: a share between 0 and 1" in response.content.decode()
     response = client.post(
-        reverse("researcher:study_bots_run", args=[draft.pk]), {"bots": "4", "leave_share": "0.25"}, follow=True
+        reverse("researcher:study_bots_run", args=[draft.pk]),
+        {"bots": "4", "leave_share": "0.25"},
+        follow=True,
     )
     assert "4 simulated annotators asked for" in response.content.decode()
     intent = TaskIntent.objects.get(task_name="tasks.bots.run_bots")
