@@ -148,8 +148,8 @@ def bots_end_running(*, study_id: int) -> int:
 
 def bots_remove(*, study_id: int) -> dict:
     """Delete every simulated annotator's data of ``study_id``: their sessions, trials and clicks, and the bot
-    workers left without sessions. A running bot session gives its slots back first; a quota counter is not
-    touched otherwise (bots never add to one). Returns ``{"sessions", "trials", "clicks", "workers"}``."""
+    workers left without sessions, and the sent requests of its runs (so the page's card goes too). A running
+    bot session gives its slots back first; a quota counter is not touched otherwise (bots never add to one). Returns ``{"sessions", "trials", "clicks", "workers"}``."""
     bots_end_running(study_id=study_id)  # every slot a running bot still holds
     with transaction.atomic():
         sessions = _bot_sessions(study_id)
@@ -163,6 +163,10 @@ def bots_remove(*, study_id: int) -> dict:
         orphans = Worker.objects.filter(pk__in=worker_ids, platform=BOT_PLATFORM, sessions__isnull=True)
         counts["workers"] = orphans.count()
         orphans.delete()
+        # the runs asked for are done with (sent): the page's card goes with their data
+        TaskIntent.objects.filter(
+            task_name=task_names.BOTS_RUN_BOTS, args__0=study_id, sent_at__isnull=False
+        ).delete()
     logger.info("simulated data removed", extra={"study_id": study_id, **counts})
     return counts
 
