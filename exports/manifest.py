@@ -18,7 +18,8 @@ Per study, ``round_rules``: ``min_error_area_px`` (error-region components small
 and regions left smaller got no target: ``benchmark.rclicks.task_error_regions``), ``next_round_segmenter``
 (the setting: a key of ``SEGMENTER_CHECKPOINTS``, ``embedded``, or "" for the site default) and ``models``, the
 segmenters that made the study's previous masks as its targets record them (model token, RClicks
-``model_type``, model id, variant, checkpoint sha256).
+``model_type``, model id, variant, checkpoint sha256); ``batch_rule`` (``study_batch_rule``), which batches
+counted.
 """
 
 from __future__ import annotations
