@@ -76,8 +76,10 @@ def test_bots_on_a_draft_then_release_remove_publish_and_a_real_worker_plays(
     page.click("#bots-run")
     page.wait_for_selector(".messages >> text=4 simulated annotators asked for", timeout=10_000)
     wait_for(
-        lambda: Session.objects.filter(study=study, is_bot=True, validated_at__isnull=False).count() == 2
-        and Session.objects.filter(study=study, is_bot=True, status="started").count() == 2,
+        lambda: (
+            Session.objects.filter(study=study, is_bot=True, validated_at__isnull=False).count() == 2
+            and Session.objects.filter(study=study, is_bot=True, status="started").count() == 2
+        ),
         timeout_s=120,
         what="two bots validated and two left mid-batch",
     )
@@ -106,7 +108,10 @@ def test_bots_on_a_draft_then_release_remove_publish_and_a_real_worker_plays(
     # 3. the simulated data removed in one click; the quotas as they were
     page.click("#bots-remove")
     page.wait_for_selector(".messages >> text=Simulated data removed: 4 sessions")
-    assert not Session.objects.filter(is_bot=True).exists() and not Worker.objects.filter(platform=BOT_PLATFORM).exists()
+    assert (
+        not Session.objects.filter(is_bot=True).exists()
+        and not Worker.objects.filter(platform=BOT_PLATFORM).exists()
+    )
     assert _inflight() == 0 and sum(t.valid_pc + t.valid_mobile for t in Target.objects.all()) == 0
     assert page.locator("#bots-summary").count() == 0
     _shot(page, "3-removed")
@@ -125,7 +130,9 @@ def test_bots_on_a_draft_then_release_remove_publish_and_a_real_worker_plays(
     for trial in session.trials.order_by("position"):
         play_trial(player, trial.position, ClickPlan(fx=0.5, fy=0.5), touch=False, blocked_in=())
     wait_finished(player)
-    wait_for(lambda: Session.objects.get(pk=session.pk).validated_at is not None, timeout_s=60, what="validation")
+    wait_for(
+        lambda: Session.objects.get(pk=session.pk).validated_at is not None, timeout_s=60, what="validation"
+    )
     session.refresh_from_db()
     assert session.validity == "counted", session.rejection_reason
     assert sum(t.valid_pc for t in Target.objects.filter(round__study=study)) == 3

@@ -296,7 +296,9 @@ def test_the_batch_rule_is_a_timed_study_setting_of_the_form(client, dataset):
     assert form.is_valid(), form.errors
     assert form.cleaned_data["batch_rule"] == "inside"
     assert "batch_rule" in _errors(dataset, batch_rule="within")
-    response = client.post("/researcher/studies/new/", _valid(dataset, name="inside study", batch_rule="inside"))
+    response = client.post(
+        "/researcher/studies/new/", _valid(dataset, name="inside study", batch_rule="inside")
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     study = Study.objects.get(name="inside study")
     assert study.batch_rule == "inside"
