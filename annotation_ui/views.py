@@ -25,6 +25,7 @@ from collector.models import Session, Study, Target
 from collector.selectors.permissions import study_visible_or_404
 from collector.selectors.preview import preview_targets
 from collector.selectors.screens import study_screens
+from collector.services.bots import bot_worker_create
 from collector.services.link_workers import (
     link_worker_cookie,
     link_worker_cookie_name,
@@ -125,6 +126,8 @@ def study_link_entry(request, token: str):
     if detected not in ("pc", "mobile"):
         detected = device_from_headers(request.headers)
     device = link.get("device") or detected
+    if link.get("bot"):
+        return _bot_entry(request, study=study, device=device, detected=detected, run=str(link["bot"]))
     cookie_name = link_worker_cookie_name(study_id=study.pk)
     # A second run of this request (config.unavailable: the database connection broke) names the worker the
     # first run minted, so it resumes the batch the first may have committed instead of starting another.
@@ -155,6 +158,25 @@ def study_link_entry(request, token: str):
             response = _player_page(request, session=session, token=token)
     response.set_cookie(value=signed_id, **link_worker_cookie(study_id=study.pk, secure=request.is_secure()))
     return response
+
+
+def _bot_entry(request, *, study: Study, device: str, detected: str, run: str):
+    """The link entry of a simulated annotator (``collector.services.bots``): a bot worker of its own per
+    visit, a ``Session.is_bot`` batch (a draft accepts those, and only those), the player page as for anyone."""
+    worker = bot_worker_create(run=run)
+    try:
+        session = session_start(
+            study=study,
+            worker=worker,
+            device=device,
+            detected_device=detected,
+            user_agent=request.headers.get("User-Agent", ""),
+            is_bot=True,
+        )
+    except SessionStartRefused as exc:
+        return _message(request, title=_("No task available"), message=str(exc), status=409)
+    session = Session.objects.select_related("study", "round").get(pk=session.pk)
+    return _player_page(request, session=session, token=session_token_make(session_id=session.pk))
 
 
 def _player_page(request, *, session: Session, token: str):

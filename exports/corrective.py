@@ -70,7 +70,9 @@ def rle_decode(segmentation: dict) -> np.ndarray:
 
 def _items(study: Study):
     return (
-        CorrectiveItem.objects.filter(session__study=study, session__is_qualification=False)
+        CorrectiveItem.objects.filter(
+            session__study=study, session__is_qualification=False, session__is_bot=False
+        )
         .select_related("session__worker", "trial__target__instance__image", "current_mask")
         .order_by("session_id", "position")
     )
@@ -163,7 +165,9 @@ def corrective_export(*, study_id: int, out_dir, top_percent: float | None = Non
     (out / "masks.json").write_text(json.dumps(coco, indent=1))
 
     clicks = list(
-        CorrectiveClick.objects.filter(item__session__study=study, item__session__is_qualification=False)
+        CorrectiveClick.objects.filter(
+            item__session__study=study, item__session__is_qualification=False, item__session__is_bot=False
+        )
         .select_related("item__session__worker", "item__trial__target__instance__image")
         .order_by("item__session_id", "item__position", "round", "order")
     )

@@ -18,7 +18,8 @@ Per study, ``round_rules``: ``min_error_area_px`` (error-region components small
 and regions left smaller got no target: ``benchmark.rclicks.task_error_regions``), ``next_round_segmenter``
 (the setting: a key of ``SEGMENTER_CHECKPOINTS``, ``embedded``, or "" for the site default) and ``models``, the
 segmenters that made the study's previous masks as its targets record them (model token, RClicks
-``model_type``, model id, variant, checkpoint sha256).
+``model_type``, model id, variant, checkpoint sha256); ``batch_rule`` (``study_batch_rule``), which batches
+counted.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def _round_rules(study: Study, targets: Iterable[ExportTarget]) -> dict:
     }
 
 
+def study_batch_rule(study: Study) -> dict:
+    """Which batches counted (issue 32 item 7): ``rule`` ``valid`` (at least ``min_per_batch`` of
+    ``batch_size`` clicks valid: inside the target or within ``radius_fraction`` x the image diagonal of it) or
+    ``inside`` (that many clicks inside the target region itself, the RClicks paper's wording), in words too."""
+    return {
+        "rule": study.batch_rule,
+        "min_per_batch": study.min_valid_per_session,
+        "batch_size": study.batch_size,
+        "radius_fraction": study.radius_fraction,
+        "text": f"a batch counts when at least {study.min_valid_per_session} of its {study.batch_size} clicks "
+        f"are {study.get_batch_rule_display()}",
+    }
+
+
 def export_sources(*, studies: list[Study], targets: dict[int, ExportTarget]) -> dict:
     """``{"datasets": [...], "studies": [...]}`` of the module docstring (studies in the order given)."""
     datasets: dict[int, dict] = {}
@@ -80,6 +95,7 @@ def export_sources(*, studies: list[Study], targets: dict[int, ExportTarget]) ->
                 "state": study.state,
                 "dataset": export_dataset_name(name=study.dataset.name, layout=study.dataset.layout),
                 "display_mode": study.display_mode,
+                "batch_rule": study_batch_rule(study),
                 "round_rules": _round_rules(study, targets.values()),
             }
             for study in studies

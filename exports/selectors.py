@@ -142,7 +142,10 @@ def export_targets(*, study_ids: list[int]) -> dict[int, ExportTarget]:
 
 def _clicks(*, study_ids: list[int], include_invalid: bool):
     # practice and control trials are never data (collector.services.screens): not even with include_invalid
-    clicks = Click.objects.filter(trial__session__study_id__in=study_ids, trial__role=Trial.Role.TASK)
+    # simulated annotators' clicks (Session.is_bot, collector.services.bots) are never data either
+    clicks = Click.objects.filter(
+        trial__session__study_id__in=study_ids, trial__role=Trial.Role.TASK, trial__session__is_bot=False
+    )
     if not include_invalid:
         clicks = clicks.filter(trial__session__validity=Session.Validity.COUNTED, is_valid=True)
     return clicks
@@ -230,7 +233,7 @@ def session_trial_counts(*, study_ids: list[int]) -> dict[int, dict[str, int]]:
     per session in memory."""
     counts: dict[int, dict[str, int]] = {}
     rows = (
-        Trial.objects.filter(session__study_id__in=study_ids)
+        Trial.objects.filter(session__study_id__in=study_ids, session__is_bot=False)
         .values("session_id", "role")
         .annotate(n=Count("id"))
         .values_list("session_id", "role", "n")
@@ -241,13 +244,13 @@ def session_trial_counts(*, study_ids: list[int]) -> dict[int, dict[str, int]]:
 
 
 def full_click_count(*, study_ids: list[int]) -> int:
-    return Click.objects.filter(trial__session__study_id__in=study_ids).count()
+    return Click.objects.filter(trial__session__study_id__in=study_ids, trial__session__is_bot=False).count()
 
 
 def full_click_rows(*, study_ids: list[int], chunk_size: int = CHUNK_SIZE) -> Iterator[tuple]:
     """Stream every click of the studies as a tuple of :data:`FULL_FIELDS`, ordered by session, position."""
     rows = (
-        Click.objects.filter(trial__session__study_id__in=study_ids)
+        Click.objects.filter(trial__session__study_id__in=study_ids, trial__session__is_bot=False)
         .order_by("trial__session_id", "trial__position", "id")
         .values_list(*FULL_FIELDS)
     )
@@ -268,7 +271,7 @@ class StudySessionCounts:
 
 
 def study_session_counts(*, study_id: int) -> StudySessionCounts:
-    sessions = Session.objects.filter(study_id=study_id)
+    sessions = Session.objects.filter(study_id=study_id, is_bot=False)
     totals = sessions.aggregate(
         started=Count("id", filter=Q(status=Session.Status.STARTED)),
         finished=Count("id", filter=Q(status=Session.Status.FINISHED)),

@@ -8,6 +8,8 @@ while the settings load. tests/tasks/test_names.py checks every name is a regist
 #: Evaluate one benchmark instance on the ``models`` queue (sent by ``python -m benchmark run --celery``).
 #: benchmark/engine.py keeps the same string as ``CELERY_TASK_NAME``: the library may not import the web app.
 BENCHMARK_EVALUATE_INSTANCE = "tasks.benchmark.benchmark_evaluate_instance"
+#: Run simulated annotators over HTTP on a draft study (the study page's button, issue 32 item 4).
+BOTS_RUN_BOTS = "tasks.bots.run_bots"
 #: Make a corrective item's mask after a round (``models`` queue, issue 17).
 CORRECTIVE_UPDATE_ITEM = "tasks.corrective.update_item"
 #: Beat: send the mask update again for corrective items still waiting for one.

@@ -28,7 +28,7 @@ CORRECTIVE_FORM_FIELDS = ("kind", *KIND_ONLY_FIELDS[StudyKind.CORRECTIVE])
 #: per language (``consent_text_<code>``, ``instructions_text_<code>``); the API takes them as objects.
 SCREEN_FORM_FIELDS = SCREEN_FIELDS
 SCREEN_TEXT_FIELDS = ("consent_texts", "instructions_texts")
-DEFAULTED_SCREEN_FIELDS = ("practice_trials", "control_trials", "control_min_inside")
+DEFAULTED_SCREEN_FIELDS = ("practice_trials", "control_trials", "control_min_inside", "batch_rule")
 #: RClicks' batch: 10 trials, a batch counting with 7 valid clicks. A smaller dataset gets a smaller default
 #: batch (a batch never shows an image twice) with the same share of valid clicks, rounded up.
 RCLICKS_BATCH_SIZE = 10
@@ -46,6 +46,7 @@ STUDY_FORM_FIELDS = (
     "quota_mobile",
     "radius_fraction",
     "min_valid_per_session",
+    "batch_rule",
     "min_reaction_ms",
     "session_timeout_s",
     *RESERVATION_FIELDS,
@@ -201,6 +202,7 @@ class StudyForm(forms.ModelForm):
             "quota_mobile": "Valid mobile clicks per target",
             "radius_fraction": "Click radius (fraction of the image diagonal)",
             "min_valid_per_session": "Valid clicks a batch needs",
+            "batch_rule": "Batch rule counts",
             "min_reaction_ms": "Fast-click threshold (ms)",
             "session_timeout_s": "Session timeout (s)",
             "reward_per_batch": "Reward per batch",
@@ -335,7 +337,7 @@ class StudyForm(forms.ModelForm):
 
     def _defaulted(self, name: str):
         value = self.cleaned_data.get(name)
-        return Study._meta.get_field(name).get_default() if value is None else value
+        return Study._meta.get_field(name).get_default() if value in (None, "") else value
 
     def clean_corrective_rounds(self):
         return self._defaulted("corrective_rounds")
@@ -369,6 +371,9 @@ class StudyForm(forms.ModelForm):
 
     def clean_rejected_work(self):
         return self.cleaned_data.get("rejected_work") or Study._meta.get_field("rejected_work").get_default()
+
+    def clean_batch_rule(self):
+        return self._defaulted("batch_rule")
 
     def clean(self):
         """The other kind's settings get their model defaults back (whatever was posted, and without their

@@ -64,6 +64,18 @@ urlpatterns = [
         views.session_review,
         name="session_review",
     ),
+    *[
+        path(
+            f"studies/<int:study_id>/sessions/<int:session_id>/{action}/",
+            views.session_control,
+            {"action": action},
+            name=f"session_{action}",
+        )
+        for action in ("release", "expire")
+    ],
+    path("studies/<int:study_id>/workers/<int:worker_id>/block/", views.worker_block, name="worker_block"),
+    path("studies/<int:study_id>/bots/run/", views.study_bots_run, name="study_bots_run"),
+    path("studies/<int:study_id>/bots/remove/", views.study_bots_remove, name="study_bots_remove"),
     path("studies/<int:study_id>/charts/<str:kind>.png", views.study_chart, name="study_chart"),
     path("studies/<int:study_id>/targets/", views.target_list, name="target_list"),
     path("studies/<int:study_id>/targets/<int:target_id>/", views.target_detail, name="target_detail"),

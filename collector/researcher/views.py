@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from decimal import Decimal, InvalidOperation
 
@@ -27,6 +28,7 @@ from collector.selectors import budget as budget_selectors
 from collector.selectors import corrective as corrective_selectors
 from collector.selectors import corrective_quality, pictures, progress
 from collector.selectors import links as link_selectors
+from collector.selectors import monitor as monitor_selectors
 from collector.selectors import platform_settings as platform_settings_selectors
 from collector.selectors import reservations as reservation_selectors
 from collector.selectors import segmenters as segmenter_selectors
@@ -35,8 +37,11 @@ from collector.selectors import targets as target_selectors
 from collector.selectors.permissions import studies_visible_to, study_visible_or_404, user_can_change_study
 from collector.selectors.preview import preview_click_check
 from collector.selectors.workers import study_worker_table
+from collector.services import bots as bot_services
 from collector.services import launch as launch_services
+from collector.services import monitor as monitor_services
 from collector.services import next_round as next_round_services
+from collector.services import reservations as reservation_services
 from collector.services import studies as study_services
 from collector.services.validation import ValidationError as MaskMissing
 
@@ -49,6 +54,8 @@ from .forms import (
     batch_defaults,
     dataset_images,
 )
+
+logger = logging.getLogger(__name__)
 
 #: How often the study page and the study list ask for fresh numbers (see ``study_live``).
 LIVE_POLL_MS = 5000
@@ -234,6 +241,8 @@ def _live_context(study: Study, *, can_change: bool) -> dict:
         "corrective": corrective_selectors.study_corrective_summary(study=study),
         "qualification": corrective_selectors.study_qualification_results(study=study),
         "reservations": reservation_selectors.study_reservations_summary(study=study),
+        "running_sessions": monitor_selectors.study_running_sessions(study=study),
+        "bots": bot_services.bot_summary(study=study),
         "can_change": can_change,
         "updated_at": timezone.now(),
     }
@@ -551,3 +560,141 @@ def session_review(request, study_id: int, session_id: int):
             request, f"Session {session_id} {review.decision}d by {request.user.get_username()}.{outcome}"
         )
     return redirect("researcher:session_detail", study_id=study.pk, session_id=session_id)
+
+
+# --- the session monitor and the simulated annotators (issue 32 items 3 and 4) -------------------------------
+
+
+def _monitor_redirect(study: Study, anchor: str = "monitor"):
+    return redirect(reverse("researcher:study_detail", args=[study.pk]) + f"#{anchor}")
+
+
+@researcher_required
+@require_POST
+def session_control(request, study_id: int, session_id: int, action: str):
+    """Release a running session's unclicked trials (the worker may come back and go on) or expire it now
+    (owner only); the message says how many slots were given back."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    session = Session.objects.filter(pk=session_id, study=study).first()
+    if session is None:
+        raise Http404(f"session {session_id} is not part of study {study.pk}")
+    who = request.user.get_username()
+    if action == "release":
+        if session.status != Session.Status.STARTED:
+            messages.error(
+                request, f"Session {session_id} is {session.status}: only a running session holds slots."
+            )
+            return _monitor_redirect(study)
+        released = reservation_services.session_release(session=session, by="researcher")
+        logger.info("session released by a researcher", extra={"session_id": session.pk, "researcher": who})
+        if released:
+            messages.success(
+                request,
+                f"Session {session_id} released: {released} unclicked image{'s' if released != 1 else ''} given "
+                "back to other workers; the worker may still come back and go on with the batch.",
+            )
+        else:
+            messages.error(
+                request,
+                f"Session {session_id} held no slot to give back: every trial is clicked or released.",
+            )
+    elif action == "expire":
+        try:
+            monitor_services.session_expire_now(
+                session_id=session_id, by=monitor_services.ENDED_BY_RESEARCHER
+            )
+        except monitor_services.MonitorRefused as error:
+            messages.error(request, str(error))
+            return _monitor_redirect(study)
+        messages.success(request, f"Session {session_id} expired by {who}: its slots are free again.")
+    else:
+        raise Http404(f"unknown session action {action!r}")
+    logger.info(
+        "session control", extra={"study_id": study.pk, "session_id": session_id, "action": action, "by": who}
+    )
+    return _monitor_redirect(study)
+
+
+@researcher_required
+@require_POST
+def worker_block(request, study_id: int, worker_id: int):
+    """Block a worker who took part in the study (owner only): refused from now on, running batches of this
+    study expired; the reason goes into the worker's notes."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    if not Session.objects.filter(study=study, worker_id=worker_id).exists():
+        raise Http404(f"worker {worker_id} has no session in study {study.pk}")
+    who = request.user.get_username()
+    try:
+        expired = monitor_services.worker_block(
+            worker_id=worker_id, reason=request.POST.get("reason", ""), by=who, study_id=study.pk
+        )
+    except monitor_services.MonitorRefused as error:
+        messages.error(request, f"Not blocked: {error}")
+        return _monitor_redirect(study)
+    pseudonym = Session.objects.filter(study=study, worker_id=worker_id).values_list(
+        "worker__pseudonym", flat=True
+    )[0]
+    messages.success(
+        request,
+        f"Worker {pseudonym} blocked by {who}: they get no new batch"
+        + (
+            f"; running session{'s' if len(expired) != 1 else ''} {', '.join(map(str, expired))} expired."
+            if expired
+            else "."
+        ),
+    )
+    logger.info("worker blocked", extra={"study_id": study.pk, "worker_id": worker_id, "by": who})
+    return _monitor_redirect(study)
+
+
+def _share(request, name: str, default: float) -> float:
+    raw = request.POST.get(name, "")
+    try:
+        return float(raw) if raw != "" else default
+    except ValueError:
+        raise bot_services.BotRunRefused(f"{name}={raw!r}: a share between 0 and 1, e.g. 0.5.") from None
+
+
+@researcher_required
+@require_POST
+def study_bots_run(request, study_id: int):
+    """Run simulated annotators on a draft (owner only): a Celery worker plays them over HTTP against
+    PUBLIC_BASE_URL; the page's "Simulated annotators" card follows them."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    raw = request.POST.get("bots", "")
+    try:
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 4:
+            raise bot_services.BotRunRefused(f"bots={raw!r}: how many simulated annotators, a whole number.")
+        run = bot_services.bot_run_request(
+            study=study,
+            bots=int(raw),
+            phone_share=_share(request, "phone_share", 0.5),
+            leave_share=_share(request, "leave_share", 0.2),
+        )
+    except bot_services.BotRunRefused as error:
+        messages.error(request, f"Simulated annotators not started: {error}")
+        return _monitor_redirect(study, "bots")
+    messages.success(
+        request,
+        f"{raw} simulated annotators asked for (run {run}): a worker plays them against {settings.PUBLIC_BASE_URL}; "
+        "their verdicts show below as they finish.",
+    )
+    logger.info("bot run", extra={"study_id": study.pk, "run": run, "by": request.user.get_username()})
+    return _monitor_redirect(study, "bots")
+
+
+@researcher_required
+@require_POST
+def study_bots_remove(request, study_id: int):
+    """Delete every simulated annotator's session, trial, click and worker of the study (owner only)."""
+    study = changeable_study_or_403(user=request.user, study_id=study_id)
+    counts = bot_services.bots_remove(study_id=study.pk)
+    messages.success(
+        request,
+        f"Simulated data removed: {counts['sessions']} sessions, {counts['trials']} trials, {counts['clicks']} "
+        f"clicks, {counts['workers']} bot workers. Quotas untouched (bots never add to them).",
+    )
+    logger.info(
+        "simulated data removed", extra={"study_id": study.pk, "by": request.user.get_username(), **counts}
+    )
+    return _monitor_redirect(study, "bots")

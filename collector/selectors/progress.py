@@ -85,7 +85,7 @@ def study_session_summary(*, study: Study) -> dict:
     and the rejection reasons (rejection_reason texts and quality-flag codes) with their counts."""
     counts = {}
     # A corrective campaign's qualification tests take no quota and are not batches: counted apart.
-    base = Session.objects.filter(study=study, is_qualification=False)
+    base = Session.objects.filter(study=study, is_qualification=False, is_bot=False)
     for scope, queryset in [("all", base)] + [(device, base.filter(device=device)) for device in DEVICES]:
         counts[scope] = queryset.aggregate(
             started=Count("id"),
@@ -135,9 +135,9 @@ def _duration_stats(seconds: list[float]) -> dict:
 def study_batch_durations_s(*, study: Study) -> dict[str, list[float]]:
     """Seconds from session start to finish of every finished batch, by device."""
     durations: dict[str, list[float]] = {device: [] for device in DEVICES}
-    rows = Session.objects.filter(study=study, finished_at__isnull=False, is_qualification=False).values_list(
-        "device", "started_at", "finished_at"
-    )
+    rows = Session.objects.filter(
+        study=study, finished_at__isnull=False, is_qualification=False, is_bot=False
+    ).values_list("device", "started_at", "finished_at")
     for device, started_at, finished_at in rows:
         durations.setdefault(device, []).append((finished_at - started_at).total_seconds())
     return durations
@@ -220,7 +220,9 @@ def study_money_spent(*, study: Study) -> dict:
         reviews.setdefault(session_id, decision)
     paid_counted = paid_rejected = paid_pending = owed = 0
     spent = bonuses = Decimal(0)
-    rows = Session.objects.filter(study=study, is_qualification=False).exclude(status=Session.Status.STARTED)
+    rows = Session.objects.filter(study=study, is_qualification=False, is_bot=False).exclude(
+        status=Session.Status.STARTED
+    )
     for session_id, validity, platform_state in rows.values_list("pk", "validity", "platform_state"):
         row = submissions.get(session_id)
         submission = (
@@ -302,7 +304,7 @@ def studies_progress_summary(*, study_ids: list[int]) -> dict[int, dict]:
     }
     quotas = dict(Study.objects.filter(pk__in=study_ids).values_list("pk", F("quota_pc") + F("quota_mobile")))
     running = dict(
-        Session.objects.filter(study_id__in=study_ids, status=Session.Status.STARTED)
+        Session.objects.filter(study_id__in=study_ids, status=Session.Status.STARTED, is_bot=False)
         .values("study_id")
         .annotate(n=Count("id"))
         .values_list("study_id", "n")

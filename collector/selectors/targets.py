@@ -7,7 +7,8 @@ from django.db.models import Count, Q, QuerySet
 from collector.models import Click, Study, Target, Trial
 
 #: Practice and control trials show round-1 objects too but are never data (collector.services.screens).
-_TASK_TRIALS = Q(trials__role=Trial.Role.TASK)
+#: Simulated annotators' clicks (Session.is_bot) are no data either.
+_TASK_TRIALS = Q(trials__role=Trial.Role.TASK, trials__session__is_bot=False)
 
 
 def study_targets(*, study: Study, round_number: int | None = None) -> QuerySet[Target]:
@@ -39,7 +40,7 @@ def target_clicks(*, target: Target) -> list[dict]:
     ``is_valid`` (None while unvalidated), ``invalid_reason``, ``distance_px``, ``reaction_ms``,
     ``worker`` (pseudonym), ``session_id``, ``session_validity``."""
     rows = (
-        Click.objects.filter(trial__target=target, trial__role=Trial.Role.TASK)
+        Click.objects.filter(trial__target=target, trial__role=Trial.Role.TASK, trial__session__is_bot=False)
         .order_by("received_at", "pk")
         .values(
             "id",

@@ -40,9 +40,9 @@ def phase_durations_from_onsets(onsets: dict | None) -> dict[str, float]:
 def study_phase_durations_ms(*, study: Study) -> dict[str, dict[str, np.ndarray]]:
     """``{phase: {device: float64 array of measured durations (ms)}}`` for phases A-C."""
     collected: dict[str, dict[str, list[float]]] = {p: {d: [] for d in DEVICES} for p in PHASES[:-1]}
-    rows = Trial.objects.filter(session__study=study, role=Trial.Role.TASK).values_list(
-        "session__device", "phase_onsets_ms"
-    )
+    rows = Trial.objects.filter(
+        session__study=study, role=Trial.Role.TASK, session__is_bot=False
+    ).values_list("session__device", "phase_onsets_ms")
     for device, onsets in rows:
         for phase, duration in phase_durations_from_onsets(onsets).items():
             collected[phase].setdefault(device, []).append(duration)
@@ -56,7 +56,10 @@ def study_reaction_ms(*, study: Study) -> dict[str, np.ndarray]:
     """Reaction times (ms from the onset of phase D to the click) by device, float64 arrays."""
     values: dict[str, list[float]] = {device: [] for device in DEVICES}
     rows = Click.objects.filter(
-        trial__session__study=study, trial__role=Trial.Role.TASK, reaction_ms__isnull=False
+        trial__session__study=study,
+        trial__role=Trial.Role.TASK,
+        reaction_ms__isnull=False,
+        trial__session__is_bot=False,
     ).values_list("trial__session__device", "reaction_ms")
     for device, reaction_ms in rows:
         values.setdefault(device, []).append(reaction_ms)
@@ -70,13 +73,16 @@ def study_device_comparison(*, study: Study) -> dict[str, dict]:
     result = {}
     reactions = study_reaction_ms(study=study)
     for device in DEVICES:
-        sessions = Session.objects.filter(study=study, device=device)
+        sessions = Session.objects.filter(study=study, device=device, is_bot=False)
         n_sessions = sessions.count()
         validated = sessions.exclude(validity=Session.Validity.PENDING)
         n_validated = validated.count()
         n_counted = validated.filter(validity=Session.Validity.COUNTED).count()
         clicks = Click.objects.filter(
-            trial__session__study=study, trial__session__device=device, trial__role=Trial.Role.TASK
+            trial__session__study=study,
+            trial__session__device=device,
+            trial__role=Trial.Role.TASK,
+            trial__session__is_bot=False,
         )
         n_clicks = clicks.count()
         n_judged = clicks.filter(is_valid__isnull=False).count()

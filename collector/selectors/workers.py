@@ -22,9 +22,11 @@ def study_worker_table(*, study: Study) -> list[dict]:
     ``median_reaction_ms``, ``fast_clicks`` (reaction below ``study.min_reaction_ms``),
     ``blocked_clicks`` (clicks tried during phases A-C), ``flagged_trials``, ``quality_flags`` (codes of
     the sessions' flags with counts)."""
-    in_study = Q(sessions__study=study)
+    in_study = Q(
+        sessions__study=study, sessions__is_bot=False
+    )  # simulated annotators: the study page's own card
     workers = (
-        Worker.objects.filter(sessions__study=study)
+        Worker.objects.filter(sessions__study=study, sessions__is_bot=False)
         .distinct()
         .annotate(
             n_sessions=Count("sessions", filter=in_study, distinct=True),
@@ -62,7 +64,9 @@ def study_worker_table(*, study: Study) -> list[dict]:
         }
         for worker in workers
     }
-    sessions = Session.objects.filter(study=study).values_list("worker_id", "device", "quality_flags")
+    sessions = Session.objects.filter(study=study, is_bot=False).values_list(
+        "worker_id", "device", "quality_flags"
+    )
     for worker_id, device, flags in sessions:
         row = rows[worker_id]
         row["devices"].add(device)
@@ -70,13 +74,13 @@ def study_worker_table(*, study: Study) -> list[dict]:
             code = str(flag.get("code") if isinstance(flag, dict) else flag)
             row["quality_flags"][code] = row["quality_flags"].get(code, 0) + 1
     trial_stats = (
-        Session.objects.filter(study=study)
+        Session.objects.filter(study=study, is_bot=False)
         .values("worker_id")
         .annotate(blocked=Sum("trials__blocked_clicks"))
     )
     for stat in trial_stats:
         rows[stat["worker_id"]]["blocked_clicks"] = stat["blocked"] or 0
-    for worker_id, flags in Trial.objects.filter(session__study=study).values_list(
+    for worker_id, flags in Trial.objects.filter(session__study=study, session__is_bot=False).values_list(
         "session__worker_id", "flags"
     ):
         if flags:
@@ -95,9 +99,9 @@ def _add_click_counts(rows: dict[int, dict], *, study: Study) -> dict[int, list[
     """Count each worker's clicks into ``rows`` (``clicks``, ``pending_clicks``, ``judged_clicks``,
     ``valid_clicks``, ``fast_clicks``); returns their reaction times (ms) by worker id."""
     reactions: dict[int, list[float]] = {}
-    for worker_id, is_valid, reaction_ms in Click.objects.filter(trial__session__study=study).values_list(
-        "trial__session__worker_id", "is_valid", "reaction_ms"
-    ):
+    for worker_id, is_valid, reaction_ms in Click.objects.filter(
+        trial__session__study=study, trial__session__is_bot=False
+    ).values_list("trial__session__worker_id", "is_valid", "reaction_ms"):
         row = rows[worker_id]
         row["clicks"] += 1
         if is_valid is None:

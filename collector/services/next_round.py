@@ -146,6 +146,7 @@ def valid_first_clicks(*, round_: Round) -> dict[int, list[SourceClick]]:
             trial__target__click_type=Target.ClickType.FIRST,
             trial__role=Trial.Role.TASK,  # a practice or control click on a round-1 object is no data
             trial__session__validity=Session.Validity.COUNTED,
+            trial__session__is_bot=False,  # a simulated annotator's click builds no round
             is_valid=True,
         )
         .order_by("received_at", "pk")

@@ -47,7 +47,7 @@ from collector.services.qualification import (
     qualification_session_create,
 )
 from collector.services.screens import session_screen_trials_add
-from collector.services.studies import study_open_round
+from collector.services.studies import study_open_round, study_preview_round
 from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
@@ -98,13 +98,21 @@ class SessionFinishRefused(Exception):
 # start
 
 
-def _check_start(*, study: Study, worker: Worker, device: str) -> None:
+def _check_start(*, study: Study, worker: Worker, device: str, is_bot: bool = False) -> None:
     if device not in DEVICES:
         raise SessionStartRefused(
             _("device %(device)s is not supported; it must be one of %(devices)s.")
             % {"device": repr(device), "devices": ", ".join(DEVICES)}
         )
-    if study.state != Study.State.PUBLISHED:
+    if is_bot:
+        # A test run before launch (issue 32 item 4): simulated annotators play a draft, and only a draft, of a
+        # timed study; real workers keep being refused until it is published.
+        if study.state != Study.State.DRAFT or study.is_corrective:
+            raise SessionStartRefused(
+                f"simulated annotators run on a draft timed study only; study {study.pk} is "
+                f"{study.state}{' (corrective)' if study.is_corrective else ''}."
+            )
+    elif study.state != Study.State.PUBLISHED:
         raise SessionStartRefused(
             _("This task is not open at the moment (the study is %(state)s). Please try again later.")
             % {"state": study.get_state_display().lower()}
@@ -200,6 +208,7 @@ def session_start(
     client_info: dict | None = None,
     platform_assignment_id: str = "",
     platform_batch_id: str = "",
+    is_bot: bool = False,
 ) -> Session:
     """Start (or resume) a batch for ``worker`` on ``device`` ("pc" | "mobile").
 
@@ -209,9 +218,14 @@ def session_start(
     ``study.session_timeout_s``. If the worker already runs an unexpired session of this study for the
     same ``platform_assignment_id`` it is returned instead, so reopening an entry link resumes the batch.
 
+    ``is_bot``: a simulated annotator's batch (``Session.is_bot``; ``collector.services.bots``), started on a
+    draft study only (its round 1 prepared as a preview prepares it), taking in-flight slots as any batch.
+
     Raises SessionStartRefused with a message for the worker (study not open, no round, no targets left).
     """
-    _check_start(study=study, worker=worker, device=device)
+    _check_start(study=study, worker=worker, device=device, is_bot=is_bot)
+    if is_bot:
+        study_preview_round(study_id=study.pk)  # a draft's round 1, exactly what publishing uses
     from collector.services.allocation import allocate_targets, row_lock  # ALLOCATION's module
 
     with transaction.atomic():
@@ -253,6 +267,7 @@ def session_start(
             round=open_round,
             worker=worker,
             expires_at=now + timedelta(seconds=study.session_timeout_s),
+            is_bot=is_bot,
             **recorded,
         )
         targets = allocate_targets(

@@ -83,6 +83,10 @@ def study_publish(*, study_id: int) -> Study:
             task_intent_add(name=task_names.STIMULI_RENDER_ROUND_STIMULI, args=[round_1.pk])
         study.state = Study.State.PUBLISHED
         study.save(update_fields=["state", "published_at"])
+    if study.published_at is not None:
+        from collector.services.bots import bots_end_running
+
+        bots_end_running(study_id=study.pk)  # a test run's bots still playing give their slots back
     logger.info("study published", extra={"study_id": study.pk})
     return study
 

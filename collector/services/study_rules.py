@@ -67,6 +67,7 @@ KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
         "text_ms",
         "blocked_ms",
         "min_valid_per_session",
+        "batch_rule",
         "min_reaction_ms",
         *SCREEN_FIELDS,
         *RESERVATION_FIELDS,

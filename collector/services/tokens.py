@@ -62,11 +62,32 @@ def study_link_token_make(*, study_id: int, device: str = "") -> str:
     return signing.dumps({"study": study_id, "device": device}, salt=_STUDY_LINK_SALT, compress=False)
 
 
+#: How long a simulated annotators' entry link (``bot_link_token_make``) is good for.
+BOT_LINK_MAX_AGE_S = 24 * 3600
+
+
+def bot_link_token_make(*, study_id: int, device: str, run: str) -> str:
+    """The entry link of one run of simulated annotators (``collector.services.bots``): a study link that
+    also names the run, so the entry starts ``Session.is_bot`` batches, on a draft too. Made only by the
+    researcher's bot run (the study page's button, ``manage.py study_bots``); good for a day."""
+    return signing.dumps(
+        {"study": study_id, "device": device, "bot": run}, salt=_STUDY_LINK_SALT, compress=False
+    )
+
+
 def study_link_token_read(*, token: str) -> dict:
+    """The payload of a study link: ``study``, ``device`` ("" any) and, for a bot run's link, ``bot``."""
     try:
         payload = signing.loads(token, salt=_STUDY_LINK_SALT)
     except signing.BadSignature:
         raise TokenInvalid(_("this study link is not valid; ask the researcher for a new link.")) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("study"), int):
         raise TokenInvalid(_("this study link is not valid; ask the researcher for a new link."))
+    if "bot" in payload:
+        try:
+            signing.loads(token, salt=_STUDY_LINK_SALT, max_age=BOT_LINK_MAX_AGE_S)
+        except signing.SignatureExpired:
+            raise TokenInvalid(
+                "this simulated annotators' link is older than a day; run the bots again."
+            ) from None
     return payload

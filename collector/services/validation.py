@@ -15,7 +15,10 @@ whatever the batch's length: never counted below the rule) and, when the study h
 ``control_min_inside`` of its control clicks (at most as many as it has) lie inside their object (distance 0:
 the radius does not help a control click). Practice and control trials (``Trial.role``) are judged and stored
 like any click but are never data: they take no part in the batch rule and add nothing to a quota. Only
-valid clicks of counted sessions' task trials add to ``valid_<device>``; every task trial still holding its
+valid clicks of counted sessions' task trials add to ``valid_<device>`` (whichever the batch rule: with
+``batch_rule`` ``inside``, the RClicks paper's wording, the rule counts clicks inside the target region itself,
+distance 0, but a click's validity does not change with it; a simulated annotator's session, ``Session.is_bot``,
+adds nothing); every task trial still holding its
 in-flight slot gives it back (``Trial.holds_slot``: a release or expiry may have given it back already). The whole validation of a session is one transaction guarded by
 ``validated_at IS NULL`` under ``SELECT ... FOR UPDATE``, so a redelivered task (worker killed mid-run)
 either finds nothing done and does everything, or finds it done and does nothing.
@@ -39,6 +42,7 @@ from django.utils import timezone
 from PIL import Image as PILImage
 
 from collector.models import Click, Round, Session, Target, Trial
+from collector.models.studies import BatchRule
 from collector.services.allocation import inflight_release
 from collector.services.prepared import column, prepared_cursor
 from collector.services.quality import session_quality_flags
@@ -131,6 +135,22 @@ def required_valid_clicks(*, min_valid_per_session: int, batch_size: int, n_tria
     ``batch_size`` and ``n_trials`` are kept for the callers that show the rule; a shorter batch is offered
     only when it can still meet the rule (``Study.short_batches``, ``collector.services.allocation``)."""
     return min_valid_per_session
+
+
+def batch_rule_problems(*, rule: str, valid: int, inside: int, trials: int, required: int) -> list[str]:
+    """Why a batch of ``trials`` task trials fails the study's batch rule (``[]``: it passes). ``valid``: its
+    valid clicks; ``inside``: those inside the target region itself (distance 0). Rule ``valid`` counts the
+    valid ones, ``inside`` (the RClicks paper's "within the object mask") the inside ones."""
+    if rule == BatchRule.INSIDE:
+        if inside < required:
+            return [
+                f"{inside} of {trials} clicks were inside the object (batch rule “inside”); the study needs at "
+                f"least {required}."
+            ]
+        return []
+    if valid < required:
+        return [f"{valid} of {trials} clicks were valid; the study needs at least {required}."]
+    return []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,6 +312,7 @@ def session_validate(*, session_id: int) -> Session | None:
         clicks: list[Click] = []
         valid_target_ids: list[int] = []
         control_inside = 0
+        inside = 0  # valid task clicks inside the target region itself (the ``inside`` batch rule)
         for trial in trials:
             click = getattr(trial, "click", None)
             if click is None:
@@ -316,6 +337,7 @@ def session_validate(*, session_id: int) -> Session | None:
                 control_inside += int(verdict.is_valid and click.distance_px == 0.0)
             elif verdict.is_valid and trial.role == Trial.Role.TASK:
                 valid_target_ids.append(trial.target_id)
+                inside += int(click.distance_px == 0.0)
         _verdicts_store(clicks)
 
         # Practice and control trials are never data: the batch rule and the quotas see the task trials only.
@@ -327,11 +349,9 @@ def session_validate(*, session_id: int) -> Session | None:
             batch_size=study.batch_size,
             n_trials=len(task_trials),
         )
-        reasons = []
-        if n_valid < required:
-            reasons.append(
-                f"{n_valid} of {len(task_trials)} clicks were valid; the study needs at least {required}."
-            )
+        reasons = batch_rule_problems(
+            rule=study.batch_rule, valid=n_valid, inside=inside, trials=len(task_trials), required=required
+        )
         session.control_inside = control_inside if n_control else None
         session.control_passed = None
         if n_control:
@@ -369,7 +389,7 @@ def session_validate(*, session_id: int) -> Session | None:
         inflight_release(target_ids=[trial.target_id for trial in holding], device=session.device)
         if holding:
             Trial.objects.filter(pk__in=[trial.pk for trial in holding]).update(holds_slot=False)
-        if counted and valid_target_ids:
+        if counted and valid_target_ids and not session.is_bot:  # simulated annotators fill no quota
             field = f"valid_{session.device}"
             Target.objects.filter(pk__in=valid_target_ids).update(**{field: F(field) + 1})
         round_close_if_full(round_id=session.round_id)

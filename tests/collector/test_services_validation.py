@@ -271,3 +271,43 @@ def test_correction_targets_use_the_error_region(tmp_path, click_type, inside, o
     click = Click.objects.get(trial__session=invalid)
     assert (click.is_valid, click.invalid_reason) == (False, "outside_region")
     assert click.distance_px > 5
+
+
+# --------------------------------------------------------------------------------------------------
+# the batch rule (issue 32 item 7): valid clicks or clicks inside the object
+
+
+@pytest.mark.django_db
+def test_the_batch_rule_valid_and_inside_judge_the_same_clicks_differently(tmp_path):
+    dataset = make_rect_dataset(tmp_path, n_images=10)
+    # 5 inside, 3 within the radius outside the rectangle (valid, not inside), 2 far: 8 valid, 5 inside
+    plan = [CENTRE] * 5 + [ON_RADIUS] * 3 + [FAR] * 2
+    verdicts = {}
+    for rule in ("valid", "inside"):
+        study = make_study(dataset, publish=True, batch_rule=rule, quota_pc=5, quota_mobile=5)
+        session = _finished_session(study, plan)
+        session_validate(session_id=session.pk)
+        session.refresh_from_db()
+        verdicts[rule] = (session.validity, session.valid_clicks, session.rejection_reason)
+        counted_targets = Target.objects.filter(round__study=study, valid_pc=1).count()
+        # a click's validity does not change with the rule: a counted batch adds its 8 valid clicks
+        assert counted_targets == (8 if rule == "valid" else 0), rule
+    assert verdicts["valid"] == ("counted", 8, "")
+    assert verdicts["inside"] == (
+        "rejected",
+        8,
+        "5 of 10 clicks were inside the object (batch rule “inside”); the study needs at least 7.",
+    )
+
+
+@pytest.mark.django_db
+def test_a_simulated_annotators_counted_batch_adds_nothing_to_a_quota(tmp_path):
+    dataset = make_rect_dataset(tmp_path, n_images=10)
+    study = make_study(dataset, publish=True, quota_pc=5, quota_mobile=5)
+    session = _finished_session(study, [CENTRE] * 10)
+    Session.objects.filter(pk=session.pk).update(is_bot=True)
+    session_validate(session_id=session.pk)
+    session.refresh_from_db()
+    assert session.validity == "counted"
+    targets = Target.objects.filter(round__study=study)
+    assert sum(t.valid_pc for t in targets) == 0 and sum(t.inflight_pc for t in targets) == 0

@@ -44,7 +44,9 @@ def test_the_default_queue_runs_what_the_docs_say_and_exports_are_not_queued():
     names = [name for name in app.tasks if name.startswith("tasks.")]
     line = next(line for line in OPERATIONS.splitlines() if "worker -Q default " in line)
     jobs = [job.strip() for job in line.split("#", 1)[1].split(",")]
-    assert set(jobs) == set(QUEUE_JOBS), f"docs/operations.md's default worker line names {jobs}: keep QUEUE_JOBS in step"
+    assert set(jobs) == set(QUEUE_JOBS), (
+        f"docs/operations.md's default worker line names {jobs}: keep QUEUE_JOBS in step"
+    )
     for job, prefix in QUEUE_JOBS.items():
         assert any(name.startswith(prefix) for name in names), f"no task runs {job!r} ({prefix}*): {names}"
     assert not [name for name in names if "export" in name]  # exports run in the request, admin action or CLI

@@ -214,6 +214,8 @@ class Command(BaseCommand):
              "--without-mingle", "--without-gossip", "-l", "INFO",
              "-s", str(Path(settings.VAR_DIR) / "celerybeat-schedule")],
             cwd=settings.BASE_DIR, start_new_session=True,
+            # the same PUBLIC_BASE_URL: the simulated annotators it runs play against the server's own links
+            env=self.child_environment(host=host, public_host=public_host, base=base),
         )  # fmt: skip
         children = (web, worker)
         stopping = False

@@ -330,3 +330,43 @@ def test_the_study_page_says_what_the_rejected_work_policy_did(client, dataset, 
     assert "1 counted batch rejected on the platform: 3 valid clicks given back to the quotas" in page
     assert "policy: given back: its clicks stop counting toward the quotas" in page
     assert Session.objects.get(pk=counted.pk).platform_state["rejected"]["policy"] == "release"
+
+
+def test_the_batch_rule_is_a_timed_study_setting_of_the_form(client, dataset):
+    from tests.factories import make_researcher
+
+    client.force_login(make_researcher("rules"))
+    page = client.get("/researcher/studies/new/").content.decode()
+    assert 'name="batch_rule"' in page and "the RClicks paper&#x27;s wording" in page
+    assert StudyForm(_valid(dataset)).is_valid()  # left out: the default, valid
+    form = StudyForm(_valid(dataset, batch_rule="inside"))
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["batch_rule"] == "inside"
+    assert "batch_rule" in _errors(dataset, batch_rule="within")
+    response = client.post(
+        "/researcher/studies/new/", _valid(dataset, name="inside study", batch_rule="inside")
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    study = Study.objects.get(name="inside study")
+    assert study.batch_rule == "inside"
+    detail = client.get(f"/researcher/studies/{study.pk}/").content.decode()
+    assert "clicks are clicks inside the object mask" in detail and "<code>inside</code>" in detail
+    # a corrective campaign has no batch rule: it keeps the default whatever is posted
+    corrective = StudyForm(_valid(dataset, kind="corrective", batch_rule="inside"))
+    corrective.is_valid()
+    assert corrective.cleaned_data.get("batch_rule") == "valid"
+
+
+def test_the_researcher_api_takes_and_checks_the_batch_rule(dataset):
+    from rest_framework.authtoken.models import Token
+
+    from tests.factories import make_researcher
+
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=make_researcher("api"))
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    made = client.post("/api/researcher/studies/", _valid(dataset, batch_rule="inside"), format="json")
+    assert made.status_code == 201, made.content
+    assert made.json()["batch_rule"] == "inside"
+    bad = client.post("/api/researcher/studies/", _valid(dataset, batch_rule="half"), format="json")
+    assert bad.status_code == 400 and "batch_rule" in bad.json()
