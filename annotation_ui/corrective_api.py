@@ -40,9 +40,9 @@ from collector.services.corrective import (
 )
 from collector.services.qualification import (
     not_qualified_message,
-    qualification_continue,
     qualification_result,
 )
+from collector.services.qualified_start import qualification_continue
 from collector.services.sessions import SessionStartRefused
 from collector.services.tokens import session_token_make
 

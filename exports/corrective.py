@@ -38,7 +38,7 @@ from PIL import Image as PILImage
 from pycocotools import mask as coco_mask
 
 from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveMask, Study
-from collector.services.corrective import read_mask  # a stored 0/255 mask as bool (H, W); re-exported
+from collector.services.masks import read_mask  # a stored 0/255 mask as bool (H, W); re-exported
 from exports.selectors import ExportError
 
 CLICK_COLUMNS = (

@@ -207,7 +207,7 @@ def item_features(
     item: CorrectiveItem, *, masks: list[CorrectiveMask], clicks: list[CorrectiveClick]
 ) -> dict:
     """The features above for one finished item (``masks`` by round, ``clicks`` its live clicks)."""
-    from collector.services.corrective import read_mask
+    from collector.services.masks import read_mask
 
     final = masks[-1]
     image = item.trial.target.instance.image

@@ -49,6 +49,7 @@ from benchmark.metrics import iou
 from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveMask, Session, Study, Target, Trial
 from collector.models.studies import CorrectiveInit
 from collector.services.codes import completion_code_make
+from collector.services.masks import MaskFileError, instance_masks, read_image, read_mask
 from collector.services.outbox import task_intent_add
 from tasks import names as task_names
 
@@ -478,11 +479,6 @@ def _mask_png(mask: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def read_mask(name: str) -> np.ndarray:
-    with default_storage.open(name, "rb") as handle:
-        return np.asarray(PILImage.open(handle).convert("L")) > 127
-
-
 def _box_anchor_click(item: CorrectiveItem):
     """For a box start: a positive click at the deepest pixel of the box mask, given to the model before the
     worker's clicks. Click models read "a positive click = this object" and keep only the parts holding one, so
@@ -504,7 +500,6 @@ def _box_anchor_click(item: CorrectiveItem):
 
 def corrective_update_apply(*, item_id: int, round_number: int) -> UpdateResult:
     """Make and store the mask after ``round_number`` of the item (see the module docstring)."""
-    from collector.services.next_round import NextRoundError, _instance_masks, _read_image
     from segmenters.base import Click as SegClick
     from segmenters.base import SegmenterError
     from segmenters.provenance import predictor_provenance
@@ -518,9 +513,9 @@ def corrective_update_apply(*, item_id: int, round_number: int) -> UpdateResult:
     instance = item.trial.target.instance
     started = time.perf_counter()
     try:
-        image = _read_image(instance.image)
-        gt, ignore = _instance_masks(instance)
-    except NextRoundError as error:
+        image = read_image(instance.image)
+        gt, ignore = instance_masks(instance)
+    except MaskFileError as error:
         raise CorrectiveUpdateError(str(error)) from None
     clicks = list(CorrectiveClick.objects.filter(item=item, undone=False, round__lte=round_number))
     # GrabCut (the box start and the embedded segmenter) draws from OpenCV's per-thread RNG: seeded from the

@@ -47,9 +47,9 @@ from collector.services.corrective import (
     corrective_round_submit,
     corrective_session_finish,
     corrective_update_apply,
-    read_mask,
     round_budget,
 )
+from collector.services.masks import instance_masks, read_image, read_mask
 from collector.services.sessions import SessionStartRefused, session_start
 from collector.services.workers import worker_get_or_create
 
@@ -247,13 +247,12 @@ def corrective_simulate(
     ``min_region_px`` default to the seed's (3 px, 100 px). Returns counts and the model update durations
     (s, inline mode)."""
     from benchmark.clickers import SEED_001_MIN_REGION_PX, SEED_001_NOISE_SIGMA_PX, AnnotatorSimulator
-    from collector.services.next_round import _instance_masks, _read_image
 
     study = _corrective_study(study_id)
 
     def annotator_for(item: CorrectiveItem) -> _Annotator:
         instance = item.trial.target.instance
-        gt, ignore = _instance_masks(instance)
+        gt, ignore = instance_masks(instance)
         # One generator per instance, from the seed and the instance's name: the same clicks whatever order the
         # allocation hands the instances out in (it shuffles), so a dry run repeats exactly.
         simulator = AnnotatorSimulator.seed_001(
@@ -264,7 +263,7 @@ def corrective_simulate(
             min_region_px=SEED_001_MIN_REGION_PX if min_region_px is None else min_region_px,
         )
         simulator.start(
-            image=_read_image(instance.image), gt=gt, ignore=np.zeros_like(gt) if ignore is None else ignore
+            image=read_image(instance.image), gt=gt, ignore=np.zeros_like(gt) if ignore is None else ignore
         )
         return _Simulated(simulator, gt=gt, click_ms=click_ms, decision_ms=decision_ms)
 

@@ -60,14 +60,14 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
-from PIL import Image as PILImage
 
 from benchmark.metrics import iou
 from benchmark.rclicks import task_error_regions
 from benchmark.stems import full_stem_build
-from collector.models import Click, Image, Instance, Round, Session, Study, Target, Trial
+from collector.models import Click, Instance, Round, Session, Study, Target, Trial
 from collector.selectors.segmenters import study_segmenter_keys
 from collector.services.datasets import mask_png_bytes
+from collector.services.masks import MaskFileError, instance_masks, read_image
 from collector.services.outbox import task_intent_add
 from segmenters.base import Click as SegClick
 from segmenters.base import Predictor, SegmenterError
@@ -164,50 +164,6 @@ def valid_first_clicks(*, round_: Round) -> dict[int, list[SourceClick]]:
     return dict(by_instance)
 
 
-def _read_gray(name: str, *, what: str) -> np.ndarray:
-    try:
-        with default_storage.open(name, "rb") as handle:
-            picture: PILImage.Image = PILImage.open(handle)
-            picture.load()
-    except FileNotFoundError:
-        raise NextRoundError(
-            f"{what} file {name!r} is missing from the media storage; re-import the dataset."
-        ) from None
-    return np.asarray(picture.convert("L"))
-
-
-def _read_image(image: Image) -> np.ndarray:
-    """(H, W, 3) uint8 RGB at the image's canonical size (``image.height``, ``image.width``)."""
-    try:
-        with image.file.open("rb") as handle:
-            picture: PILImage.Image = PILImage.open(handle)
-            picture.load()
-    except FileNotFoundError:
-        raise NextRoundError(
-            f"image file {image.file.name!r} of {image} is missing from the media storage; re-import the dataset."
-        ) from None
-    picture = picture.convert("RGB")
-    if picture.size != (image.width, image.height):
-        picture = picture.resize((image.width, image.height), PILImage.Resampling.LANCZOS)
-    return np.asarray(picture)
-
-
-def _instance_masks(instance: Instance) -> tuple[np.ndarray, np.ndarray | None]:
-    """(object bool (H, W), ignore bool (H, W) or None) at the image's canonical size."""
-    shape = (instance.image.height, instance.image.width)
-    mask = _read_gray(instance.mask_file.name, what=f"mask of {instance}") > 127
-    ignore = None
-    if instance.ignore_file:
-        ignore = _read_gray(instance.ignore_file.name, what=f"ignore band of {instance}") > 127
-    for name, array in (("mask", mask), ("ignore band", ignore)):
-        if array is not None and array.shape != shape:
-            raise NextRoundError(
-                f"{name} of {instance} is {array.shape[1]}x{array.shape[0]}, the image is {shape[1]}x{shape[0]}; "
-                "re-import the dataset."
-            )
-    return mask, ignore
-
-
 # --------------------------------------------------------------------------------------------------
 # Segmenters
 
@@ -256,7 +212,7 @@ def instance_plan(
     """The fn/fp targets of one instance (possibly none) and, when some type is missing, why."""
     if not clicks:
         return [], "no valid first click in a counted session"
-    mask, ignore = _instance_masks(instance)
+    mask, ignore = instance_masks(instance)
     best: tuple[float, Predictor, SourceClick, np.ndarray] | None = None
     for predictor in predictors:
         embedding = cache.get_or_encode(predictor, image, instance.image.sha256)
@@ -377,7 +333,7 @@ def round_build_next(*, round_id: int, progress: Progress | None = None) -> Buil
         return BuildResult(round=None, created=False, error=round_.build_error)
     try:
         planned, skipped = _plan_next_round(round_=round_, progress=progress)
-    except (SegmenterError, NextRoundError) as error:
+    except (SegmenterError, NextRoundError, MaskFileError) as error:
         reason = str(error)
         round_build_fail(round_id=round_id, reason=reason)
         return BuildResult(round=None, created=False, error=reason)
@@ -405,7 +361,7 @@ def _plan_next_round(
         by_image[instance.image_id].append(instance)
     done = 0
     for group in by_image.values():
-        image = _read_image(group[0].image) if any(clicks.get(i.pk) for i in group) else None
+        image = read_image(group[0].image) if any(clicks.get(i.pk) for i in group) else None
         for instance in group:
             targets, reason = (
                 instance_plan(

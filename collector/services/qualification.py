@@ -49,6 +49,7 @@ from collector.models import (
     Worker,
 )
 from collector.models.studies import Platform
+from collector.services.masks import instance_masks, read_mask
 from collector.services.outbox import task_intent_add
 from tasks import names as task_names
 
@@ -118,8 +119,6 @@ def _largest_error_px(*, item: CorrectiveItem, gt: np.ndarray, ignore) -> int:
     out) of the item's current mask; the whole object when it has no mask."""
     import cv2
 
-    from collector.services.corrective import read_mask
-
     mask = read_mask(item.current_mask.file.name) if item.current_mask_id else np.zeros_like(gt, dtype=bool)
     largest = 0
     for region in (gt & ~mask, mask & ~gt):
@@ -138,8 +137,6 @@ def qualification_score(*, session: Session) -> dict:
 
     Returns {passed, placement, gain_per_click, clicks, items: [...], thresholds: {...}, reason}; reads the
     stored masks and the instance masks (one image's masks in memory at a time)."""
-    from collector.services.corrective import read_mask
-    from collector.services.next_round import _instance_masks
 
     study = session.study
     items = list(
@@ -153,7 +150,7 @@ def qualification_score(*, session: Session) -> dict:
     per_item = []
     for item in items:
         instance = item.trial.target.instance
-        gt, ignore = _instance_masks(instance)
+        gt, ignore = instance_masks(instance)
         radius_px = study.radius_fraction * instance.image.diagonal_px
         masks = {m.round: m for m in CorrectiveMask.objects.filter(item=item)}
         clicks = list(CorrectiveClick.objects.filter(item=item, undone=False).order_by("round", "order"))
@@ -333,26 +330,3 @@ def qualification_platform_send(*, qualification_id: int) -> bool:
             platform_sent_at=timezone.now(), platform_error=""
         )
     return sent
-
-
-def qualification_continue(*, session: Session) -> Session:
-    """After a passed test: start (or resume) the worker's real session on the same device and assignment.
-    Raises ``SessionStartRefused`` (failed test, study closed, nothing left) with the worker's message."""
-    from collector.services.sessions import SessionStartRefused, session_start
-
-    if not session.is_qualification or session.status != Session.Status.FINISHED:
-        raise SessionStartRefused(_("This is not a finished qualification test."))
-    result = qualification_result(study=session.study, worker=session.worker)
-    if result is None or not result.passed:
-        raise SessionStartRefused(not_qualified_message())
-    return session_start(
-        study=session.study,
-        worker=session.worker,
-        device=session.device,
-        platform_device=session.platform_device,
-        detected_device=session.detected_device,
-        user_agent=session.user_agent,
-        client_info=session.client_info,
-        platform_assignment_id=session.platform_assignment_id,
-        platform_batch_id=session.platform_batch_id,
-    )

@@ -109,7 +109,12 @@ def play_trial(
     screenshot_prefix: str | None = None,
 ) -> ClickDone:
     """Play one trial: press once on the canvas in each phase of ``blocked_in`` (these must be ignored),
-    then click at ``plan`` in phase D. Optionally screenshot every phase (which costs frames)."""
+    then click at ``plan`` in phase D. Optionally screenshot every phase (which costs frames).
+
+    A press meant for a blocked phase that a loaded machine delivers after phase D is on screen is the
+    trial's click, as the rule says: then that press is returned (the tests check every press's verdict
+    against the phase it was handled in, driver.press_verdicts)."""
+    pressed: ClickDone | None = None
     for phase in ("A", "B", "C"):
         if phase in blocked_in or screenshot_prefix:
             wait_phase(page, position, phase)
@@ -118,9 +123,21 @@ def play_trial(
                 page.screenshot(path=str(SCREENSHOT_DIR / f"{screenshot_prefix}-{phase}.png"), scale="css")
             if phase in blocked_in:
                 rect = canvas_rect(page)
-                press(
-                    page, rect["left"] + rect["width"] * 0.3, rect["top"] + rect["height"] * 0.3, touch=touch
-                )
+                x, y = rect["left"] + rect["width"] * 0.3, rect["top"] + rect["height"] * 0.3
+                press(page, x, y, touch=touch)
+                pressed = ClickDone(position=position, client_x=x, client_y=y, rect=rect)
+    if pressed is not None:
+        # Phase D of this trial on screen, or the last press already ended the trial (the next one, or the
+        # end of the batch: no phase).
+        page.wait_for_function(
+            "(position) => window.clicklabPlayer.position !== position || ['D', ''].includes(window.clicklabPlayer.phase)",
+            arg=position,
+            timeout=30_000,
+            polling="raf",
+        )
+        state = page.evaluate("() => [window.clicklabPlayer.position, window.clicklabPlayer.phase]")
+        if state != [position, "D"]:
+            return pressed
     wait_phase(page, position, "D")
     if screenshot_prefix:
         page.screenshot(path=str(SCREENSHOT_DIR / f"{screenshot_prefix}-D.png"), scale="css")
@@ -158,14 +175,27 @@ def wait_for(predicate, *, timeout_s: float = 30.0, what: str = "condition"):
 # the page's own scripts, its requestAnimationFrame loop re-registers first thing in each callback, so in
 # every frame it runs before any callback the player adds. It reads back the pixels of the canvas on top
 # (an 8x8 thumbnail) and whether the "Click now" hint is shown, i.e. the picture the previous frame sent to the
-# screen, and logs the frame's timestamp whenever that changes: [timestamp, fingerprint, hint shown].
+# screen, and logs the frame's timestamp whenever that changes: [timestamp, fingerprint, hint shown]. It also
+# logs every frame's timestamp (``clicklabObservedFrames``: the frames the player's callbacks ran in too) and,
+# ahead of the player's own listener, every press with the trial and phase on screen when the page handled it
+# (``clicklabPresses``: [event.timeStamp, position, phase]).
 SCREEN_OBSERVER = """
 (() => {
   const log = [];
+  const frames = [];
+  const presses = [];
   window.clicklabScreenLog = log;
+  window.clicklabObservedFrames = frames;
+  window.clicklabPresses = presses;
+  window.addEventListener('pointerdown', (event) => {
+    if (!event.isPrimary || (event.pointerType === 'mouse' && event.button !== 0)) { return; }
+    const player = window.clicklabPlayer || {};
+    presses.push([event.timeStamp, player.position, player.phase]);
+  }, true);
   let thumb = null, last = '';
   function tick(timestamp) {
     requestAnimationFrame(tick);
+    frames.push(timestamp);
     const screen = document.getElementById('screen-trial');
     if (!screen || screen.hidden) { return; }
     // The picture on top: of the stage's visible canvases (not hidden, and opaque enough to change an
@@ -184,7 +214,9 @@ SCREEN_OBSERVER = """
     const pixels = context.getImageData(0, 0, 8, 8).data;
     let fingerprint = '';
     for (let i = 0; i < pixels.length; i += 4) { fingerprint += pixels[i] + ',' + pixels[i + 1] + ',' + pixels[i + 2] + ';'; }
-    if (fingerprint.split(';').every((pixel, i, all) => pixel === all[0] || !pixel)) { return; }  // blank: no picture yet
+    // Blank before the first picture: nothing drawn yet. Later a uniform thumbnail is a picture (a text on a
+    // plain background, say).
+    if (!log.length && fingerprint.split(';').every((pixel, i, all) => pixel === all[0] || !pixel)) { return; }
     const hint = document.getElementById('hint').textContent === 'Click now';
     const state = fingerprint + (hint ? 'D' : '');
     if (state !== last) { last = state; log.push([timestamp, fingerprint, hint]); }
@@ -192,6 +224,25 @@ SCREEN_OBSERVER = """
   requestAnimationFrame(tick);
 })();
 """
+
+
+@dataclass
+class Observed:
+    """What SCREEN_OBSERVER saw of a page: per trial the on-screen onsets and durations of its phases
+    (``screen_phase_durations``), every frame's timestamp, and every press with the trial and phase it was
+    handled in."""
+
+    screen: list[dict]
+    frames: list[float]
+    presses: list[list]
+
+
+def observed(page, trials: int) -> Observed:
+    """Read SCREEN_OBSERVER's logs off ``page`` (after the batch, before the context closes)."""
+    logs = page.evaluate(
+        "() => [window.clicklabScreenLog, window.clicklabObservedFrames, window.clicklabPresses]"
+    )
+    return Observed(screen=screen_phase_durations(logs[0], trials), frames=logs[1], presses=logs[2])
 
 
 def screen_phase_durations(log: list, trials: int) -> list[dict]:
@@ -226,3 +277,101 @@ def screen_phase_durations(log: list, trials: int) -> list[dict]:
         )
         previous, at = run[0][1], at + 4
     return found
+
+
+# Stored onsets come from the same rAF timestamps the observer logs: equal up to the JSON round trip.
+SAME_FRAME_MS = 0.05
+# The phase machine decides with the refresh interval measured at that frame; the trial stores the one at the
+# click (a median of the last 240 intervals, which moves little within a trial). This much drift is allowed.
+INTERVAL_DRIFT_MS = 1.0
+
+
+def phase_bookkeeping(trial, seen: dict, frames: list[float], durations: dict) -> list[str]:
+    """What the player controls about a trial's timing, checked against the observer (no duration of the
+    machine's frames is asserted): the problems found, [] when none.
+
+    * each stored (presented) onset is the frame on which the observer saw that picture reach the screen;
+    * each picture was put up (``scheduled_onsets_ms``) on a frame, and reached the screen on the next one;
+    * the phase machine's rule (static/player/phases.js): phase P ends on the first frame ``t`` with
+      ``t + 1.5 x interval >= onset(P) + duration(P)``: the frame that put the next picture up satisfies it
+      and the frame before it did not. With frames on time this makes every phase last its duration within
+      half a frame; a frame the loaded machine delivers late lengthens it, which is the browser's doing (a
+      figure of bench/bench_player_timing.py, not a test).
+    """
+    problems = []
+    onsets, scheduled = trial.phase_onsets_ms, trial.scheduled_onsets_ms
+    interval = 1000.0 / trial.refresh_hz
+    where = f"trial {trial.position}"
+    for phase in "ABCD":
+        if abs(onsets[phase] - seen["onsets"][phase]) > SAME_FRAME_MS:
+            problems.append(
+                f"{where} phase {phase}: stored onset {onsets[phase]} ms is not the frame it reached the screen "
+                f"({seen['onsets'][phase]} ms)"
+            )
+    for phase, following in (("A", "B"), ("B", "C"), ("C", "D")):
+        put_up = scheduled.get(following)
+        at = _frame_index(frames, put_up)
+        if at is None or at == 0 or at + 1 >= len(frames):
+            problems.append(
+                f"{where}: phase {following}'s picture was put up at {put_up} ms, not on a frame seen"
+            )
+            continue
+        if abs(frames[at + 1] - onsets[following]) > SAME_FRAME_MS:
+            problems.append(
+                f"{where}: phase {following} put up on the frame at {put_up} ms reached the screen at "
+                f"{onsets[following]} ms, not on the next frame ({frames[at + 1]} ms)"
+            )
+        due = onsets[phase] + durations[phase]
+        slack = 1.5 * INTERVAL_DRIFT_MS
+        if put_up + 1.5 * interval < due - slack:
+            problems.append(
+                f"{where} phase {phase}: ended early: the frame at {put_up} ms put up {following} although its "
+                f"next frame ({put_up} + {interval:.2f} ms) was more than half a frame before the end at {due} ms"
+            )
+        before = frames[at - 1]
+        if before >= onsets[phase] and before + 1.5 * interval >= due + slack:
+            problems.append(
+                f"{where} phase {phase}: ended late: the frame at {before} ms already had its next frame within "
+                f"half a frame of the end at {due} ms, yet {following} was put up only at {put_up} ms"
+            )
+    return problems
+
+
+def _frame_index(frames: list[float], timestamp) -> int | None:
+    if timestamp is None:
+        return None
+    for index, frame in enumerate(frames):
+        if abs(frame - timestamp) <= SAME_FRAME_MS:
+            return index
+    return None
+
+
+def press_verdicts(trial, presses: list[list]) -> tuple[int, float | None]:
+    """The presses of ``trial`` (SCREEN_OBSERVER's, with the phase each was handled in) as the rule says
+    they count: (how many were blocked, the timestamp of the one that is the click). A press is blocked
+    while phase D is not on screen: handled in phase A, B or C, or in D but made before D's onset. Presses
+    between trials (no phase yet) count for nothing."""
+    onset_d = trial.phase_onsets_ms["D"]
+    blocked, click = 0, None
+    for timestamp, position, phase in presses:
+        if position != trial.position or not phase:
+            continue
+        if phase != "D" or timestamp < onset_d:
+            blocked += 1
+        elif click is None:
+            click = timestamp
+    return blocked, click
+
+
+def refresh_problems(trial, frames: list[float]) -> list[str]:
+    """The refresh rate the trial stores is the one of the frames the page got (median interval, 15%)."""
+    deltas = sorted(b - a for a, b in zip(frames, frames[1:], strict=False) if 2 < b - a < 250)
+    if not deltas:
+        return [f"trial {trial.position}: the observer saw no frame intervals"]
+    median = deltas[len(deltas) // 2]
+    if abs(1000.0 / trial.refresh_hz - median) > 0.15 * median:
+        return [
+            f"trial {trial.position}: stored refresh {trial.refresh_hz} Hz, but the page's frames came every "
+            f"{median:.2f} ms (median)"
+        ]
+    return []

@@ -16,7 +16,7 @@ import pytest
 from pycocotools import mask as coco_mask
 
 from collector.models import CorrectiveClick, CorrectiveItem, CorrectiveQualification, Session
-from collector.services.next_round import _instance_masks
+from collector.services.masks import instance_masks
 from exports.corrective import corrective_export, read_mask
 from tests.factories import make_dataset, make_study
 from tests.support.celery_worker import purge_queues
@@ -75,7 +75,7 @@ def _pass_the_test(page, study, *, touch: bool) -> None:
     view = _wait_clicking(page, round_number=1, index=0)
     test = Session.objects.filter(study=study, is_qualification=True).latest("started_at")
     item = test.corrective_items.select_related("current_mask", "trial__target__instance").get(position=0)
-    gt, ignore = _instance_masks(item.trial.target.instance)
+    gt, ignore = instance_masks(item.trial.target.instance)
     shown = read_mask(item.current_mask.file.name)
     keep = ~ignore if ignore is not None else np.ones_like(gt)
     missed, extra = gt & ~shown & keep, shown & ~gt & keep

@@ -15,13 +15,17 @@ from tests.annotation_ui.driver import (
     LAYOUTS,
     SCREEN_OBSERVER,
     ClickPlan,
+    Observed,
     canvas_rect,
     entry_url,
     expected_canonical,
+    observed,
     open_player,
+    phase_bookkeeping,
     play_trial,
     press_start,
-    screen_phase_durations,
+    press_verdicts,
+    refresh_problems,
     wait_finished,
     wait_for,
     wait_phase,
@@ -57,23 +61,34 @@ def _session_of(page_url: str) -> Session:
     return Session.objects.get(pk=session_token_read(token=token))
 
 
-def _assert_phase_timing(trial: Trial, *, image_ms, target_ms, blocked_ms):
-    onsets = trial.phase_onsets_ms
-    frame_ms = 1000.0 / trial.refresh_hz
-    measured = {
-        "A": onsets["B"] - onsets["A"],
-        "B": onsets["C"] - onsets["B"],
-        "C": onsets["D"] - onsets["C"],
-    }
-    wanted = {"A": image_ms, "B": target_ms, "C": blocked_ms}
-    errors = {phase: round(measured[phase] - wanted[phase], 2) for phase in measured}
-    # The onsets are presented ones (the frame the picture reached the screen), so a frame the browser
-    # delivers late on a loaded machine shows up here; test_on_screen_durations_measured_from_pixels holds
-    # every phase to one frame, these tests allow a late frame of up to 3 frames.
-    assert all(abs(error) <= 3 * frame_ms + 0.5 for error in errors.values()), (
-        f"trial {trial.position}: phase errors {errors} ms exceed 3 frames ({frame_ms:.2f} ms); onsets {onsets}"
+def _assert_timing_kept(trials, seen: Observed, durations: dict, *, blocked_in=()) -> None:
+    """What the player controls about timing, for every trial against the observer (driver.SCREEN_OBSERVER):
+    stored onsets are the frames the pictures reached the screen, each phase ended on the frame its rule
+    picks given the frames the browser delivered and the refresh it measured, the refresh is that of the
+    page's frames, and presses made before phase D was on screen were blocked while the first one after is
+    the click. How long a phase lasted on a loaded machine is not asserted (bench/bench_player_timing.py
+    measures it)."""
+    wanted = {"A": durations["image_ms"], "B": durations["target_ms"], "C": durations["blocked_ms"]}
+    problems = []
+    for trial, screen in zip(trials, seen.screen, strict=True):
+        problems += phase_bookkeeping(trial, screen, seen.frames, wanted)
+        problems += refresh_problems(trial, seen.frames)
+        blocked, click_at = press_verdicts(trial, seen.presses)
+        if trial.blocked_clicks != blocked:
+            problems.append(f"trial {trial.position}: {trial.blocked_clicks} presses blocked, {blocked} were made "
+                            f"before phase D was on screen")  # fmt: skip
+        stored = trial.phase_onsets_ms.get("click")
+        if click_at is None or stored is None or abs(stored - click_at) > 0.05:
+            problems.append(f"trial {trial.position}: the click stored at {stored} ms is not the first press after "
+                            f"phase D was on screen ({click_at} ms)")  # fmt: skip
+    assert not problems, "\n".join(problems)
+    # The presses meant for a blocked phase must have been handled in one, or nothing above tested blocking.
+    landed = {phase for _, _, phase in seen.presses}
+    missed = [phase for phase in blocked_in if phase not in landed]
+    assert not missed, (
+        f"no press was handled in phase(s) {missed} of {len(seen.screen)} trials (presses: {seen.presses}): "
+        "the driver pressed too late to test blocking; lengthen those phases"
     )
-    return errors
 
 
 def _pump_until(page, predicate, *, what: str, timeout_s: float = 30.0):
@@ -90,11 +105,12 @@ def _pump_until(page, predicate, *, what: str, timeout_s: float = 30.0):
 def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
     study = _study(tmp_path)
     context = _context(chromium, layout)
+    context.add_init_script(SCREEN_OBSERVER)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    posts: list[str] = []
-    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
+    posts = []
+    page.on("request", lambda request: posts.append(request) if request.method == "POST" else None)
     touch = layout == "phone"
     url = open_player(page, entry_url(player_server.url, study))
     session = _session_of(url)
@@ -112,6 +128,8 @@ def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
         )
     wait_finished(page)
     code = page.inner_text("#completion-code")
+    seen = observed(page, 10)
+    reports = _presentation_reports(posts)
     context.close()
 
     session.refresh_from_db()
@@ -125,11 +143,9 @@ def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
     assert info["webdriver"] is True and info["refresh_hz"] > 20
     trials = list(session.trials.select_related("click", "target__instance__image").order_by("position"))
     assert len(trials) == 10 and Click.objects.filter(trial__session=session).count() == 10
-    all_errors = []
     for trial, clicked in zip(trials, done, strict=True):
         image = trial.target.instance.image
         click = trial.click
-        assert trial.blocked_clicks == 3, f"trial {trial.position}: presses in A, B and C must be counted"
         assert trial.flags == []
         assert len(trial.presentations) == 1, f"trial {trial.position}: reported {trial.presentations}"
         assert click.pointer_type == ("touch" if touch else "mouse")
@@ -137,19 +153,53 @@ def test_full_batch_of_ten(chromium, player_server, tmp_path, layout):
         assert click.x == pytest.approx(x, abs=1e-6) and click.y == pytest.approx(y, abs=1e-6)
         assert click.shown_width == pytest.approx(clicked.rect["width"])
         assert click.reaction_ms > 0 and click.event_timestamp_ms == trial.phase_onsets_ms["click"]
-        all_errors.append(_assert_phase_timing(trial, **SHORT))
-    # one request per trial: the first trial's report is a request of its own, every later one rides on the
-    # click before it (its next_presentation)
-    api_posts = [url.rsplit("/", 1)[-1] for url in posts if "/api/annotator/" in url]
-    assert api_posts.count("presented") == 1 and api_posts.count("click") == 10, api_posts
-    print(f"{layout}: phase errors (ms) {all_errors}")
+    _assert_timing_kept(trials, seen, SHORT, blocked_in=("A", "B", "C"))
+    # One request per trial: the first trial's report is a request of its own, every later one rides on the
+    # click before it (its next_presentation) unless that click found the outbox busy or its answer did not
+    # come in time (the player then reports the trial itself, under the same id).
+    required, allowed, sent = reports
+    assert required <= sent <= allowed, f"presented sent for {sorted(sent)}, required {sorted(required)}, " \
+                                         f"allowed {sorted(allowed)}"  # fmt: skip
+    assert sum(1 for request in posts if request.url.endswith("/click")) == 10
+    print(f"{layout}: {len(seen.presses)} presses, presented sent for {sorted(sent)}")
+
+
+# The player waits this long for a click's answer to carry the next trial's report (main.js reportPresented).
+CARRY_WAIT_MS = 4000
+
+
+def _presentation_reports(posts) -> tuple[set, set, set]:
+    """From the page's POSTs: the positions whose report the player had to send itself (the first, and any
+    whose previous click carried no report), the ones it may have sent itself (also those whose carrying
+    click got no usable answer within CARRY_WAIT_MS) and the ones it sent. Read before the context closes."""
+    clicks = {}
+    for request in posts:
+        if request.url.endswith("/click"):
+            clicks.setdefault(request.post_data_json["position"], request)
+    required, allowed = {0}, {0}
+    for position, request in clicks.items():
+        carried = request.post_data_json.get("next_presentation")
+        if carried is None:
+            if position + 1 in clicks:
+                required.add(position + 1)
+            continue
+        response = request.response()
+        answer = response.json() if response is not None and response.ok else {}
+        timing = request.timing
+        late = timing["responseEnd"] < 0 or timing["responseEnd"] > CARRY_WAIT_MS - 500
+        if late or not (answer.get("next_presentation") or {}).get("ok"):
+            allowed.add(carried["position"])
+    sent = {request.post_data_json["position"] for request in posts if request.url.endswith("/presented")}
+    return required, allowed | required, sent
 
 
 @pytest.mark.parametrize("layout", ["desktop", "phone"])
 def test_on_screen_durations_measured_from_pixels(chromium, player_server, tmp_path, layout):
     """The RClicks durations (1.5 s / 2 s / 1.5 s) as the screen shows them: an observer outside the player
-    reads the canvas back every frame (driver.SCREEN_OBSERVER); every phase is on screen for its duration
-    within one frame, and the presented onsets the player stores are the frames the observer saw."""
+    reads the canvas back every frame (driver.SCREEN_OBSERVER). The presented onsets the player stores are
+    the frames the observer saw each picture reach the screen, every phase ended on the frame the phase
+    machine's rule picks from the frames the browser delivered, and a press in each timed phase was blocked.
+    The on-screen durations are printed; their error is bench/bench_player_timing.py's figure."""
     real = {"image_ms": 1500, "target_ms": 2000, "blocked_ms": 1500}
     dataset = make_dataset(tmp_path, n_images=3, size=(1600, 1200))
     study = make_study(dataset, publish=True, batch_size=3, **real)
@@ -161,24 +211,18 @@ def test_on_screen_durations_measured_from_pixels(chromium, player_server, tmp_p
     wait_start_enabled(page)
     press_start(page)
     for position in range(3):
-        play_trial(page, position, PLANS[position], touch=touch, blocked_in=())
+        play_trial(page, position, PLANS[position], touch=touch, blocked_in=("A", "B", "C"))
     wait_finished(page)
-    screen = screen_phase_durations(page.evaluate("() => window.clicklabScreenLog"), 3)
+    seen = observed(page, 3)
     context.close()
     wanted = {"A": real["image_ms"], "B": real["target_ms"], "C": real["blocked_ms"]}
-    for trial, seen in zip(_session_of(url).trials.order_by("position"), screen, strict=True):
-        frame_ms = 1000.0 / trial.refresh_hz
-        errors = {phase: round(seen[phase] - wanted[phase], 1) for phase in "ABC"}
-        print(f"{layout} trial {trial.position}: on-screen errors {errors} ms (frame {frame_ms:.1f} ms)")
-        assert all(abs(error) <= frame_ms for error in errors.values()), (
-            f"trial {trial.position}: on-screen durations off by more than one frame ({frame_ms:.1f} ms): "
-            f"{errors}; screen onsets {seen['onsets']}, stored {trial.phase_onsets_ms}"
+    trials = list(_session_of(url).trials.order_by("position"))
+    for trial, screen in zip(trials, seen.screen, strict=True):
+        errors = {phase: round(screen[phase] - wanted[phase], 1) for phase in "ABC"}
+        print(
+            f"{layout} trial {trial.position}: on-screen errors {errors} ms (frame {1000 / trial.refresh_hz:.1f} ms)"
         )
-        for phase in "ABCD":
-            assert abs(trial.phase_onsets_ms[phase] - seen["onsets"][phase]) <= frame_ms / 2, (
-                f"trial {trial.position} phase {phase}: stored onset {trial.phase_onsets_ms[phase]} is not the "
-                f"frame it reached the screen ({seen['onsets'][phase]})"
-            )
+    _assert_timing_kept(trials, seen, real, blocked_in=("A", "B", "C"))
 
 
 @pytest.mark.parametrize(
@@ -354,7 +398,7 @@ def test_start_comes_before_the_last_picture_and_no_trial_starts_undecoded(chrom
         for position in range(3):
             play_trial(page, position, PLANS[position], touch=False, blocked_in=())
         wait_finished(page)
-        screen = screen_phase_durations(page.evaluate("() => window.clicklabScreenLog"), 3)
+        seen = observed(page, 3)
         if not bundle_fails:
             start_at, bundle_end = page.evaluate(
                 "() => [window.clicklabPlayer.startEnabledAt, performance.getEntriesByType('resource')"
@@ -366,11 +410,11 @@ def test_start_comes_before_the_last_picture_and_no_trial_starts_undecoded(chrom
             waits = {body["position"]: body["load_wait_ms"] for body in bodies}
             assert waits[0] == 0 and max(waits.values()) > 0, f"no trial waited for its pictures: {waits}"
         context.close()
-        trials = _session_of(url).trials.order_by("position")
+        trials = list(_session_of(url).trials.order_by("position"))
         assert Click.objects.filter(trial__session=_session_of(url)).count() == 3
-        for trial, seen in zip(trials, screen, strict=True):
-            assert all(abs(trial.phase_onsets_ms[p] - seen["onsets"][p]) <= 1 for p in "ABCD"), (seen, trial)
-            assert all(seen[p] >= SHORT[k] - 17 for p, k in zip("ABC", SHORT, strict=True)), seen
+        # Every phase on screen with its pictures from the first frame (screen_phase_durations finds A, B,
+        # C, D in order for each trial), at the onsets the player stored, ended by the phase machine's rule.
+        _assert_timing_kept(trials, seen, SHORT)
 
 
 def test_viewport_change_and_focus_loss_flag_the_trial(chromium, player_server, tmp_path):
@@ -406,6 +450,7 @@ def test_text_description_mode_runs_with_its_longer_phase(chromium, player_serve
 
     Instance.objects.filter(image__dataset=study.dataset).update(text_description="the red ellipse")
     context = _context(chromium, "phone")
+    context.add_init_script(SCREEN_OBSERVER)
     page = context.new_page()
     url = open_player(page, entry_url(player_server.url, study))
     assert "short text describing the object" in page.inner_text("#screen-instructions")
@@ -414,10 +459,13 @@ def test_text_description_mode_runs_with_its_longer_phase(chromium, player_serve
     for position in range(3):
         play_trial(page, position, PLANS[position], touch=True, blocked_in=("B",))
     wait_finished(page)
+    seen = observed(page, 3)
     context.close()
-    for trial in _session_of(url).trials.all():
-        _assert_phase_timing(trial, image_ms=300, target_ms=500, blocked_ms=300)
-        assert trial.blocked_clicks == 1
+    trials = list(_session_of(url).trials.order_by("position"))
+    # Phase B lasts the text's 500 ms (not the target's 400) by the phase machine's rule.
+    _assert_timing_kept(
+        trials, seen, {"image_ms": 300, "target_ms": 500, "blocked_ms": 300}, blocked_in=("B",)
+    )
 
 
 def test_finish_redirects_for_prolific(chromium, player_server, tmp_path, player_settings):
@@ -498,10 +546,13 @@ FAKE_120HZ = """
 
 
 def test_phases_are_frame_accurate_at_120_hz(chromium, player_server, tmp_path):
+    """On a 120 Hz display the player measures 120 Hz and counts its phases in 120 Hz frames: each phase
+    ends on the frame the phase machine's rule picks with the measured interval (8.3 ms, not 16.7)."""
     timing = {"image_ms": 310, "target_ms": 405, "blocked_ms": 290}  # not multiples of either frame
     study = _study(tmp_path, n_images=4, batch_size=4, **timing)
     context = _context(chromium, "desktop")
     context.add_init_script(FAKE_120HZ)
+    context.add_init_script(SCREEN_OBSERVER)  # after the fake: it sees the 120 Hz frames the player gets
     page = context.new_page()
     url = open_player(page, entry_url(player_server.url, study))
     wait_start_enabled(page)
@@ -509,15 +560,16 @@ def test_phases_are_frame_accurate_at_120_hz(chromium, player_server, tmp_path):
     for position in range(4):
         play_trial(page, position, PLANS[position], touch=False, blocked_in=())
     wait_finished(page)
+    seen = observed(page, 4)
     context.close()
     session = _session_of(url)
-    assert session.client_info["refresh_hz"] == pytest.approx(120, abs=2)
-    for trial in session.trials.all():
-        assert trial.refresh_hz == pytest.approx(120, abs=2)
-        errors = _assert_phase_timing(trial, **timing)
-        # Counted in 120 Hz frames (not 60 Hz ones): each phase within two 120 Hz frames of its target (the
-        # fake vsync is driven by setTimeout, which misses grid points on a loaded machine).
-        assert all(abs(error) <= 2 * 1000 / 120 + 0.5 for error in errors.values()), errors
+    # The fake vsync is driven by setTimeout, which misses grid points on a loaded machine: the frames the
+    # page got are on the 120 Hz grid, and their median interval is what the player must have measured.
+    grid = 1000 / 120
+    assert all(abs(t / grid - round(t / grid)) < 1e-6 for t in seen.frames[-50:]), seen.frames[-50:]
+    trials = list(session.trials.order_by("position"))
+    _assert_timing_kept(trials, seen, timing)
+    print(f"refresh measured {[trial.refresh_hz for trial in trials]} Hz")
 
 
 SHOWN_PICTURE = """() => {

@@ -268,7 +268,8 @@ def tiny_sam(tmp_path, settings):
 
 
 def test_a_sam_round_takes_the_corrected_mask_as_its_mask_input(dataset, tiny_sam):
-    from collector.services.corrective import _PREDICTORS, corrective_predictor, read_mask
+    from collector.services.corrective import _PREDICTORS, corrective_predictor
+    from collector.services.masks import read_mask
 
     study = _campaign(dataset, next_round_segmenter="test-tiny-sam")
     session = _session(study)

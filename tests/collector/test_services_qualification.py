@@ -22,10 +22,10 @@ from collector.services.corrective import (
     corrective_round_submit,
     corrective_session_finish,
     corrective_update_apply,
-    read_mask,
 )
-from collector.services.next_round import _instance_masks
-from collector.services.qualification import qualification_continue, qualification_score
+from collector.services.masks import instance_masks, read_mask
+from collector.services.qualification import qualification_score
+from collector.services.qualified_start import qualification_continue
 from collector.services.sessions import SessionStartRefused, session_start
 from tests.factories import make_dataset, make_study, make_worker
 
@@ -82,7 +82,7 @@ def _work(session, clicker) -> Session:
     """Work every item of ``session`` with ``clicker`` until its rounds end, then finish the session."""
     for item in corrective_items_ensure(session=session, send=False):
         instance = item.trial.target.instance
-        gt, _ignore = _instance_masks(instance)
+        gt, _ignore = instance_masks(instance)
         while True:
             item = CorrectiveItem.objects.select_related("current_mask").get(pk=item.pk)
             if item.state == CorrectiveItem.State.UPDATING:

@@ -41,6 +41,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "collector.selectors",
         "collector.services.corrective",
         "collector.services.corrective_simulation",
+        "collector.services.masks",
         "benchmark",
     },
     "benchmark": {"segmenters"},
