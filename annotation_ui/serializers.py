@@ -18,7 +18,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .parsers import string_fault
+from config.api_errors import ErrorEnvelope
+from config.json_bodies import string_fault
 
 #: Canonical image pixels; images are at most a few thousand px, this only keeps values sane.
 MAX_COORDINATE_PX = 100_000.0
@@ -326,12 +327,14 @@ class CorrectiveSubmitIn(serializers.Serializer):
 # responses (for the schema)
 
 
-class ErrorOut(serializers.Serializer):
-    error = serializers.CharField(help_text="What is wrong, naming the field and what to do.")
-    field = serializers.CharField(allow_null=True, help_text="The field at fault (dotted path), or null.")
-    reason = serializers.CharField(required=False, help_text="Machine-readable refusal code (409).")
-    position = serializers.IntegerField(required=False)
-    missing = serializers.ListField(child=serializers.IntegerField(), required=False)
+class ErrorOut(ErrorEnvelope):
+    """The error envelope (``config.api_errors``) with the annotator API's extra keys."""
+
+    position = serializers.IntegerField(required=False, help_text="The trial a 409 refused.")
+    missing = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="Positions still without a click (409)."
+    )
+    item = serializers.IntegerField(required=False, help_text="The corrective item a 409 refused.")
 
 
 class OkOut(serializers.Serializer):
@@ -348,10 +351,10 @@ class NextPresentationOut(OkOut):
     position = serializers.IntegerField()
     presentations = serializers.IntegerField(required=False, help_text="When ok.")
     replayed = serializers.BooleanField(required=False, help_text="When ok.")
-    reason = serializers.CharField(
+    code = serializers.CharField(
         required=False, help_text="When not ok: session_finished, session_expired, trial_done or invalid."
     )
-    error = serializers.CharField(required=False, help_text="When not ok: the message for the worker.")
+    message = serializers.CharField(required=False, help_text="When not ok: the message for the worker.")
 
 
 class ClickOut(OkOut):

@@ -148,11 +148,6 @@ class PreviousSerializer(serializers.Serializer):
     logits = serializers.CharField(allow_null=True, help_text="Base64 of the logits you sent with it.")
 
 
-class ErrorSerializer(serializers.Serializer):
-    error = serializers.CharField()
-    detail = serializers.CharField()
-
-
 class KeyCreateSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
 

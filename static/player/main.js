@@ -98,7 +98,7 @@ const outbox = PREVIEW ? null : new Outbox({
     $("saving-detail").textContent = text;
   },
   onRefused: (item, result) => {
-    const reason = (result.data && result.data.error) || `HTTP ${result.status}`;
+    const reason = (result.data && result.data.message) || `HTTP ${result.status}`;
     notice(interpolate(gettext("Your answer for image %(n)s was not accepted: %(reason)s"),
       { n: item.position + 1, reason }));
     reportProblem("click", result.status, reason, item.position);
@@ -252,8 +252,8 @@ async function reportPresented(position) {
     presentationId = report.id;
     const answer = await Promise.race([report.answer.promise, sleep(4000).then(() => null)]);
     if (answer && answer.ok) { return true; }
-    if (answer && answer.reason && answer.reason !== "invalid") {
-      const message = answer.error || gettext("This image cannot be shown.");
+    if (answer && answer.code && answer.code !== "invalid") {
+      const message = answer.message || gettext("This image cannot be shown.");
       reportProblem("presented", 409, message, position);
       fail(message);
       return false;
@@ -267,7 +267,7 @@ async function reportPresented(position) {
       const verdict = classify(result.status);
       if (verdict === "stored") { return true; }
       if (verdict === "refused") {
-        const message = result.data.error || gettext("This image cannot be shown.");
+        const message = result.data.message || gettext("This image cannot be shown.");
         reportProblem("presented", result.status, message, position);
         if (result.status === 409) { fail(message); return false; }
         return true;
@@ -381,7 +381,7 @@ async function previewCheck(trial, point) {
   try {
     const result = await postJson(payload.api.preview_check,
       { target_id: trial.target_id, x: point.x, y: point.y }, 10000, "same-origin");
-    if (!result.ok) { return result.data.error || `HTTP ${result.status}`; }
+    if (!result.ok) { return result.data.message || `HTTP ${result.status}`; }
     return result.data.message || (result.data.valid ? gettext("Counts.") : gettext("Does not count."));
   } catch {
     return gettext("Could not check the click (network).");
@@ -482,7 +482,7 @@ async function finishBatch() {
         return;
       }
       if (classify(result.status) === "refused") {
-        const message = result.data.error || gettext("This task cannot be finished.");
+        const message = result.data.message || gettext("This task cannot be finished.");
         reportProblem("finish", result.status, message, null);
         fail(message);
         return;
