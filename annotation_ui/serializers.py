@@ -35,6 +35,10 @@ PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start") + tuple(
 TOKEN_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 FLAG_PATTERN = r"^[A-Za-z0-9_.:-]{1,40}$"
 CLIENT_INFO_KEY = re.compile(r"^[A-Za-z0-9_]{1,40}$")
+#: what a StrictString may hold, as a pattern for the schema (no C0/C1 control character; multiline: tab and line
+#: breaks too); config.json_bodies.string_fault is the check
+PRINTABLE_TEXT = r"^[^\x00-\x1f\x7f-\x9f]*$"
+MULTILINE_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
 
 
 class StrictNumber(serializers.FloatField):
@@ -91,6 +95,9 @@ class StrictString(serializers.CharField):
         kwargs.setdefault("trim_whitespace", False)
         self.multiline = multiline
         super().__init__(**kwargs)
+        # documents the printable rule in the schema as a pattern (string_fault, below, checks it first and
+        # names the character); a field's own pattern, earlier in the list, is the one the schema shows
+        self.validators.append(RegexValidator(MULTILINE_TEXT if multiline else PRINTABLE_TEXT))
 
     def to_internal_value(self, data):
         if not isinstance(data, str):

@@ -194,7 +194,7 @@ class HealthSerializer(serializers.Serializer):
 
 
 class LocalRunCreateSerializer(serializers.Serializer):
-    summary = serializers.JSONField(help_text="The run folder's summary.json (python -m benchmark run).")
+    summary = serializers.DictField(help_text="The run folder's summary.json (python -m benchmark run).")
     timing = serializers.JSONField(required=False, help_text="Its timing.json (wall times, the time curves).")
     benchmark = serializers.CharField(
         required=False, allow_null=True, help_text="A published benchmark's slug."
