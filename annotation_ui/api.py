@@ -8,8 +8,10 @@ the completion step). Each view parses the body with the bounded parser (``annot
 declared serializer (``annotation_ui.serializers``) before any service runs, calls one service and
 serialises; the OpenAPI schema of these endpoints is served at ``/api/annotator/schema/``.
 
-Every 4xx body is ``{"error": "<the field, the value and what to do>", "field": "<dotted path>"|null, ...}``:
-400 malformed input, 404 bad token, 409 refused by the rules (with ``reason``).
+Every 4xx body is the error envelope of ``config.api_errors``: ``{"code", "message": "<the field, the value and
+what to do>", "field": "<dotted path>"|null, ...}``: 400 malformed input (``invalid``, ``invalid_json``), 404 bad
+token (``not_found``, field ``token``), 409 refused by the rules (``code`` the reason, with ``position`` or
+``missing``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import threading
 from django.http import Http404
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
@@ -38,31 +40,29 @@ from collector.services.sessions import (
     session_problem_record,
 )
 from collector.services.tokens import TokenInvalid, session_token_read
+from config.api_errors import ApiError, error_responses
 
 from . import serializers as contract
-from .parsers import AnnotatorJSONParser, BodyRefused
+from .parsers import AnnotatorJSONParser
 from .payloads import click_answer, finish_payload, session_payload
 from .views import session_from_token, session_id_from_token
 
 TOKEN_PARAMETER = OpenApiParameter(
     "token", OpenApiTypes.STR, OpenApiParameter.PATH, description="The session token of the task link."
 )
-ERRORS = {
-    400: OpenApiResponse(contract.ErrorOut, description="Malformed input; `field` names it."),
-    404: OpenApiResponse(contract.ErrorOut, description="The token is not valid."),
-}
-REFUSED = {409: OpenApiResponse(contract.ErrorOut, description="Refused by the rules; `reason` says which.")}
+#: every error status an annotator endpoint answers (406: an Accept header other than JSON; 415: a body other
+#: than JSON), documented with the envelope
+ERRORS = error_responses(400, 404, 406, 415, envelope=contract.ErrorOut, s404="The token is not valid.")
+REFUSED = error_responses(409, envelope=contract.ErrorOut)
 
 
-class InputRefused(exceptions.APIException):
-    """A 4xx with the annotator API's error body."""
+class InputRefused(ApiError):
+    """A 4xx of the annotator API: 400 ``invalid`` unless ``status_code`` and ``code`` say otherwise (a 409's
+    code is its refusal reason)."""
 
-    status_code = 400
-
-    def __init__(self, message: str, *, field: str | None = None, status_code: int = 400, **extra):
-        super().__init__(message)
-        self.status_code = status_code
-        self.body = {"error": message, "field": field, **extra}
+    def __init__(self, message: str, *, field: str | None = None, status_code: int = 400, code: str = "invalid",
+                 **extra):  # fmt: skip
+        super().__init__(status_code, code, message, field=field, **extra)
 
 
 def _short(value) -> str:
@@ -137,19 +137,12 @@ class AnnotatorView(APIView):
         return validated(serializer_class, self.request.data)
 
     def handle_exception(self, exc):
-        if isinstance(exc, InputRefused):
-            return Response(exc.body, status=exc.status_code)
+        # a bad token says what to do; everything else is answered by config.api_errors' handler
         if isinstance(exc, Http404 | exceptions.NotFound):
             message = _("%(reason)s This task link is not valid; open the task again from the platform.") % {
                 "reason": exc
             }
-            return Response({"error": message, "field": "token"}, status=404)
-        if isinstance(exc, BodyRefused):
-            return Response({"error": str(exc.detail), "field": exc.field}, status=400)
-        if isinstance(exc, exceptions.APIException) and exc.status_code < 500:
-            response = super().handle_exception(exc)
-            response.data = {"error": str(exc.detail), "field": None}
-            return response
+            exc = ApiError(404, "not_found", message, field="token")
         return super().handle_exception(exc)
 
     def finalize_response(self, request, response, *args, **kwargs):
@@ -221,7 +214,7 @@ class ClickView(AnnotatorView):
             receipt = click_ingest(session_id=session_id, **data)
         except ClickRefused as exc:
             raise InputRefused(
-                str(exc), field=exc.field, status_code=409, reason=exc.reason, position=data["position"]
+                str(exc), field=exc.field, status_code=409, code=exc.reason, position=data["position"]
             ) from None
         except Session.DoesNotExist:
             raise Http404(_("session not found.")) from None
@@ -250,7 +243,7 @@ class Presented(AnnotatorView):
             raise Http404(_("session not found.")) from None
         except PresentationRefused as exc:
             raise InputRefused(
-                str(exc), field=None, status_code=409, reason=exc.reason, position=data["position"]
+                str(exc), field=None, status_code=409, code=exc.reason, position=data["position"]
             ) from None
         except ValueError as exc:
             raise InputRefused(str(exc), field="position") from None
@@ -304,7 +297,7 @@ class Finish(AnnotatorView):
         except SessionFinishRefused as exc:
             reason = "clicks_missing" if exc.missing_positions else "session_closed"
             raise InputRefused(
-                str(exc), field=None, status_code=409, reason=reason, missing=exc.missing_positions
+                str(exc), field=None, status_code=409, code=reason, missing=exc.missing_positions
             ) from None
         except Session.DoesNotExist:
             raise Http404(_("session not found.")) from None

@@ -6,10 +6,11 @@ serializer (``annotation_ui.serializers``, ``Corrective*In``: strict types, so `
 a key is a 400 naming the field) before any service runs; the endpoints are in the annotator schema
 (``/api/annotator/schema/``). Every write is safe to repeat (the player's outbox retries until the server
 answers): clicks and undos carry the click's idempotency key, a round submit names its round,
-skip/done/finish are no-ops the second time. Errors are ``{"error": message, "field": path|null, ...}`` with
-400 (malformed, e.g. a click outside the image), 404 (bad token, an item of another session), 409 (refused by
-the rules: skipped/finished item, budget used, model updating); refusals of an item add ``"item"``, a refused
-finish a ``"reason"`` (``items_unfinished``: wait for the updates; ``session_closed``: final).
+skip/done/finish are no-ops the second time. Errors are the envelope of ``config.api_errors`` (``{"code",
+"message", "field": path|null, ...}``) with 400 (malformed, e.g. a click outside the image), 404 (bad token, an
+item of another session), 409 (refused by the rules: skipped/finished item, budget used, model updating);
+refusals of an item add ``"item"``; a refused finish's ``code`` is ``items_unfinished`` (wait for the updates)
+or ``session_closed`` (final).
 """
 
 from __future__ import annotations
@@ -45,12 +46,15 @@ from collector.services.qualification import (
 from collector.services.qualified_start import qualification_continue
 from collector.services.sessions import SessionStartRefused
 from collector.services.tokens import session_token_make
+from config.api_errors import error_body
 
 from . import serializers as contract
 from .api import ERRORS, REFUSED, TOKEN_PARAMETER, AnnotatorView
 from .payloads import finish_payload
 from .views import session_from_token
 
+#: the code of a refusal whose exception names no reason, by its status
+_REFUSED_CODES = {400: "invalid", 404: "not_found", 409: "refused"}
 ITEM_OUT = OpenApiResponse(OpenApiTypes.OBJECT, description="{ok, item: the item's new state}.")
 
 IMAGE_TYPES = {
@@ -160,8 +164,8 @@ class CorrectiveView(AnnotatorView):
     """A corrective endpoint: the token must name a session of a corrective campaign."""
 
     def refused(self, exc: CorrectiveRefused, **extra) -> Response:
-        reason = {"reason": exc.reason} if exc.reason else {}
-        return Response({"error": str(exc), "field": None, **reason, **extra}, status=exc.status)
+        code = exc.reason or _REFUSED_CODES.get(exc.status, "refused")
+        return Response(error_body(code, str(exc), **extra), status=exc.status)
 
 
 class State(CorrectiveView):
@@ -329,7 +333,7 @@ class Continue(CorrectiveView):
         try:
             real = qualification_continue(session=session)
         except SessionStartRefused as exc:
-            return Response({"error": str(exc), "field": None, "reason": "not_admitted"}, status=409)
+            return Response(error_body("not_admitted", str(exc)), status=409)
         url = reverse("annotation_ui:player", kwargs={"token": session_token_make(session_id=real.pk)})
         return Response({"ok": True, "player_url": url})
 

@@ -1,15 +1,19 @@
-"""The annotator API answers in JSON, errors included: ``{"error": message}`` with 404 for a bad token.
+"""The annotator API answers in JSON, errors included: a bad token is a 404 in the error envelope
+(``config.api_errors``: ``{"code": "not_found", "message", "field": null}``).
 
-Views of ``/api/annotator/<token>/...`` find their session with ``views.session_from_token``, which raises
-Http404; Django would render that as an HTML page (or, in DEBUG, its technical page), which the player cannot
-read. This middleware turns an Http404 raised by those views into the API's JSON error, DEBUG or not.
+Views of ``/api/annotator/<token>/...`` that are not DRF views (the stimuli) find their session with
+``views.session_from_token``, which raises Http404; Django would render that as an HTML page (or, in DEBUG, its
+technical page), which the player cannot read. This middleware turns an Http404 raised by those views into the
+API's JSON error, DEBUG or not.
 """
 
 from __future__ import annotations
 
-from django.http import Http404, JsonResponse
+from django.http import Http404
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+
+from config.api_errors import error_response
 
 API_PREFIX = "/api/annotator/"
 WHAT_TO_DO = gettext_lazy("open the task again from the platform.")
@@ -26,6 +30,4 @@ class AnnotatorApiJsonErrorsMiddleware:
         if not isinstance(exception, Http404) or not request.path.startswith(API_PREFIX):
             return None
         reason = str(exception) or _("not found")
-        response = JsonResponse({"error": f"{reason}; {WHAT_TO_DO}"}, status=404)
-        response["Cache-Control"] = "no-store"
-        return response
+        return error_response(404, "not_found", f"{reason}; {WHAT_TO_DO}")

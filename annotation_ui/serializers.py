@@ -18,7 +18,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .parsers import string_fault
+from config.api_errors import ErrorEnvelope
+from config.json_bodies import string_fault
 
 #: Canonical image pixels; images are at most a few thousand px, this only keeps values sane.
 MAX_COORDINATE_PX = 100_000.0
@@ -34,6 +35,10 @@ PROBLEM_ENDPOINTS = ("click", "finish", "presented", "client", "start") + tuple(
 TOKEN_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 FLAG_PATTERN = r"^[A-Za-z0-9_.:-]{1,40}$"
 CLIENT_INFO_KEY = re.compile(r"^[A-Za-z0-9_]{1,40}$")
+#: what a StrictString may hold, as a pattern for the schema (no C0/C1 control character; multiline: tab and line
+#: breaks too); config.json_bodies.string_fault is the check
+PRINTABLE_TEXT = r"^[^\x00-\x1f\x7f-\x9f]*$"
+MULTILINE_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
 
 
 class StrictNumber(serializers.FloatField):
@@ -90,6 +95,9 @@ class StrictString(serializers.CharField):
         kwargs.setdefault("trim_whitespace", False)
         self.multiline = multiline
         super().__init__(**kwargs)
+        # documents the printable rule in the schema as a pattern (string_fault, below, checks it first and
+        # names the character); a field's own pattern, earlier in the list, is the one the schema shows
+        self.validators.append(RegexValidator(MULTILINE_TEXT if multiline else PRINTABLE_TEXT))
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -337,12 +345,14 @@ class CorrectiveSubmitIn(serializers.Serializer):
 # responses (for the schema)
 
 
-class ErrorOut(serializers.Serializer):
-    error = serializers.CharField(help_text="What is wrong, naming the field and what to do.")
-    field = serializers.CharField(allow_null=True, help_text="The field at fault (dotted path), or null.")
-    reason = serializers.CharField(required=False, help_text="Machine-readable refusal code (409).")
-    position = serializers.IntegerField(required=False)
-    missing = serializers.ListField(child=serializers.IntegerField(), required=False)
+class ErrorOut(ErrorEnvelope):
+    """The error envelope (``config.api_errors``) with the annotator API's extra keys."""
+
+    position = serializers.IntegerField(required=False, help_text="The trial a 409 refused.")
+    missing = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="Positions still without a click (409)."
+    )
+    item = serializers.IntegerField(required=False, help_text="The corrective item a 409 refused.")
 
 
 class OkOut(serializers.Serializer):
@@ -373,10 +383,10 @@ class NextPresentationOut(OkOut):
     position = serializers.IntegerField()
     presentations = serializers.IntegerField(required=False, help_text="When ok.")
     replayed = serializers.BooleanField(required=False, help_text="When ok.")
-    reason = serializers.CharField(
+    code = serializers.CharField(
         required=False, help_text="When not ok: session_finished, session_expired, trial_done or invalid."
     )
-    error = serializers.CharField(required=False, help_text="When not ok: the message for the worker.")
+    message = serializers.CharField(required=False, help_text="When not ok: the message for the worker.")
 
 
 class ClickOut(OkOut):

@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None, *, transport=None) -> int:
         return 2
     import httpx
 
+    from benchmark.remote import remote_error
+
     headers = {"Authorization": f"EvalKey {args.key}", "User-Agent": "clicklab-publish/1"}
     failed = 0
     with httpx.Client(
@@ -88,12 +90,9 @@ def main(argv: Sequence[str] | None = None, *, transport=None) -> int:
                 print(f"error: {folder}: {args.host} did not answer ({exc}).", file=sys.stderr)
                 return 2
             if response.status_code >= 400:
-                try:
-                    detail = response.json().get("detail", response.text)
-                except ValueError:
-                    detail = response.text[:300]
+                refusal = remote_error(response)
                 print(
-                    f"error: {folder}: the server refused it (HTTP {response.status_code}): {detail}",
+                    f"error: {folder}: the server refused it ({refusal})",
                     file=sys.stderr,
                 )
                 failed += 1

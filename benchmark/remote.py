@@ -52,11 +52,28 @@ UNSET: Any = _Unset()  # an argument the caller did not pass (a benchmark's prot
 
 
 class RemoteError(RuntimeError):
-    """The server refused a request; ``status`` and ``code`` are its HTTP status and error name."""
+    """The server refused a request: its HTTP ``status`` and the error envelope's ``code``, ``message`` and
+    ``field`` (the server's ``config.api_errors``); ``str()`` reads ``HTTP 400 invalid_config (field
+    max_clicks): ...``."""
 
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(f"HTTP {status} {code}: {detail}")
-        self.status, self.code, self.detail = status, code, detail
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        where = f" (field {field})" if field else ""
+        super().__init__(f"HTTP {status} {code}{where}: {message}")
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+def remote_error(response) -> RemoteError:
+    """The RemoteError of an error answer: its envelope, or the first 500 characters of a body that is not one
+    (a proxy's HTML page)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        field = body.get("field")
+        return RemoteError(response.status_code, str(body.get("code") or "error"), body["message"],
+                           field if isinstance(field, str) else None)  # fmt: skip
+    return RemoteError(response.status_code, "error", response.text[:500])
 
 
 @dataclass
@@ -195,12 +212,7 @@ class RemoteClickSession:
                 delay = min(delay * 2, 5.0)
                 continue
             if response.status_code >= 400:
-                try:
-                    body = response.json()
-                    code, detail = body.get("error", "error"), body.get("detail", response.text)
-                except ValueError:
-                    code, detail = "error", response.text[:500]
-                raise RemoteError(response.status_code, str(code), str(detail))
+                raise remote_error(response)
             return response
         raise AssertionError("unreachable")
 

@@ -263,6 +263,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api_errors.exception_handler",  # one error envelope (docs/architecture.md)
 }
 
 # --- security (production) ------------------------------------------------------------------------

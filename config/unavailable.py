@@ -48,8 +48,9 @@ import sys
 
 from django.core.signals import got_request_exception
 from django.db import InterfaceError, OperationalError, connections
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 
+from .api_errors import error_response
 from .logging_filters import redact
 
 logger = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ class DatabaseUnavailableMiddleware:
 def unavailable_response(request) -> HttpResponse:
     """The 503 with Retry-After: JSON for the API and JSON clients, a short text for people."""
     if request.path.startswith("/api/") or "json" in request.headers.get("Accept", ""):
-        response = JsonResponse({"error": MESSAGE, "code": "database_unavailable"}, status=503)
+        response: HttpResponse = error_response(503, "database_unavailable", MESSAGE)
     else:
         response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = str(RETRY_AFTER_S)

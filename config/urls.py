@@ -15,3 +15,6 @@ urlpatterns += [
     path("api/eval/", include("evaluation.urls")),
     path("eval/", include("evaluation.pages_urls")),
 ]
+
+# an unknown address under /api/ answers the APIs' JSON error envelope (config.api_errors)
+handler404 = "config.api_errors.page_not_found"

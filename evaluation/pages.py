@@ -49,7 +49,11 @@ def key_create(request):
 @researcher_required
 @require_POST
 def key_revoke(request, key_id: int):
-    services.key_revoke(user=request.user, key_id=key_id)
+    """Revoke one of your keys; another user's key is a 404, as a key that does not exist."""
+    try:
+        services.key_revoke(user=request.user, key_id=key_id)
+    except services.EvalError as exc:
+        raise Http404(exc.message) from None
     messages.info(request, "The key is revoked; requests with it are refused from now on.")
     return redirect("evaluation_pages:leaderboard")
 

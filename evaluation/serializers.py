@@ -148,11 +148,6 @@ class PreviousSerializer(serializers.Serializer):
     logits = serializers.CharField(allow_null=True, help_text="Base64 of the logits you sent with it.")
 
 
-class ErrorSerializer(serializers.Serializer):
-    error = serializers.CharField()
-    detail = serializers.CharField()
-
-
 class KeyCreateSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
 
@@ -199,7 +194,7 @@ class HealthSerializer(serializers.Serializer):
 
 
 class LocalRunCreateSerializer(serializers.Serializer):
-    summary = serializers.JSONField(help_text="The run folder's summary.json (python -m benchmark run).")
+    summary = serializers.DictField(help_text="The run folder's summary.json (python -m benchmark run).")
     timing = serializers.JSONField(required=False, help_text="Its timing.json (wall times, the time curves).")
     benchmark = serializers.CharField(
         required=False, allow_null=True, help_text="A published benchmark's slug."

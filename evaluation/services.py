@@ -140,7 +140,12 @@ def key_lookup(raw: str) -> EvaluationKey | None:
 
 def key_revoke(*, user, key_id: int) -> int:
     """Revoke ``user``'s key ``key_id`` (refused from now on in this process, within ``EVAL_KEY_CACHE_S``
-    everywhere); returns how many keys were revoked (0 or 1)."""
+    everywhere); returns how many keys were revoked (0, a key already revoked, or 1). EvalError 404 when
+    ``user`` has no key ``key_id``: another user's key is answered as one that does not exist."""
+    if not EvaluationKey.objects.filter(pk=key_id, user=user).exists():
+        raise EvalError(
+            404, "unknown_key", f"you have no evaluation key {key_id}; revoke one of the keys listed."
+        )
     revoked = EvaluationKey.objects.filter(pk=key_id, user=user, revoked_at__isnull=True)
     hashes = list(revoked.values_list("key_hash", flat=True))
     count = revoked.update(revoked_at=timezone.now())

@@ -1,5 +1,6 @@
-"""Evaluation API (/api/eval/): thin views over :mod:`evaluation.services`. Errors are
-``{"error": <code>, "detail": <message>}`` with a 4xx status; no response carries ground truth."""
+"""Evaluation API (/api/eval/): thin views over :mod:`evaluation.services`. Errors are the envelope of
+``config.api_errors`` (``{"code", "message", "field"}``, ``code`` the service's ``EvalError.code``) with a 4xx
+status; no response carries ground truth."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import ParseError
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.api.permissions import IsResearcher
 from collector.models import Dataset
+from config.api_errors import ApiError, error_responses
 
 from . import publishing, serializers, services
 from .auth import EvaluationKeyAuthentication, EvaluationRateThrottle
@@ -24,7 +25,9 @@ from .conf import limit
 from .models import EvaluationKey, EvaluationRun, LocalRun
 from .parsers import EvalJSONParser
 
-ERRORS = {code: OpenApiResponse(serializers.ErrorSerializer) for code in (400, 401, 404, 409, 410, 429)}
+#: the error statuses of every endpoint that takes a key (403: a token or session of someone not allowed)
+AUTH_ERRORS = error_responses(401, 403, 429)
+ERRORS = {**error_responses(400, 404, 409, 410, 415), **AUTH_ERRORS}
 IDEMPOTENCY = OpenApiParameter(
     "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
     description="Repeat a request with the same key to get the same answer (retries, reconnects).",
@@ -40,19 +43,11 @@ class EvalView(APIView):
 
     def handle_exception(self, exc):
         if isinstance(exc, services.EvalError):
-            return Response({"error": exc.code, "detail": exc.message}, status=exc.status)
-        if isinstance(exc, ParseError):
-            detail = f"the request body is not valid JSON: {exc.detail}"
-            return Response({"error": "invalid_json", "detail": detail}, status=400)
-        return super().handle_exception(exc)
+            exc = ApiError(exc.status, exc.code, exc.message)
+        return super().handle_exception(exc)  # config.api_errors' handler answers
 
     def body(self) -> dict:
-        try:
-            data = self.request.data
-        except ParseError as exc:
-            raise services.EvalError(
-                400, "invalid_json", f"the request body is not valid JSON: {exc.detail}"
-            ) from None
+        data = self.request.data  # a malformed body: the parser's 400 invalid_json
         if not isinstance(data, dict):
             raise services.EvalError(400, "invalid_json", "the request body must be a JSON object.")
         return data
@@ -91,7 +86,7 @@ class KeyListCreate(EvalView):
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     permission_classes = [IsResearcher]
 
-    @extend_schema(responses={200: serializers.KeySerializer(many=True)})
+    @extend_schema(responses={200: serializers.KeySerializer(many=True), **AUTH_ERRORS})
     def get(self, request):
         keys = EvaluationKey.objects.filter(user=request.user, revoked_at__isnull=True).order_by(
             "-created_at"
@@ -114,7 +109,7 @@ class KeyListCreate(EvalView):
 class DatasetList(EvalView):
     """Datasets runs can be created on."""
 
-    @extend_schema(responses={200: serializers.EvalDatasetSerializer(many=True)})
+    @extend_schema(responses={200: serializers.EvalDatasetSerializer(many=True), **AUTH_ERRORS})
     def get(self, request):
         rows = Dataset.objects.annotate(samples=Count("images__instances")).order_by("name")
         return Response([{"name": d.name, "samples": d.samples} for d in rows])
@@ -123,7 +118,7 @@ class DatasetList(EvalView):
 class RunListCreate(EvalView):
     """Your runs; POST starts a run (its first interaction is prepared right away)."""
 
-    @extend_schema(responses={200: serializers.RunSerializer(many=True)})
+    @extend_schema(responses={200: serializers.RunSerializer(many=True), **AUTH_ERRORS})
     def get(self, request):
         runs = EvaluationRun.objects.filter(owner=request.user).select_related("dataset")[:200]
         return Response(serializers.RunSerializer(runs, many=True).data)
@@ -163,7 +158,7 @@ class RunSubmit(EvalView):
 
     @extend_schema(request=serializers.SubmitSerializer, parameters=[IDEMPOTENCY],
                    responses={200: serializers.SubmitResponseSerializer, 202: serializers.SubmitResponseSerializer,
-                              413: OpenApiResponse(serializers.ErrorSerializer), **ERRORS})  # fmt: skip
+                              **error_responses(413), **ERRORS})  # fmt: skip
     def post(self, request, run_id):
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -217,7 +212,7 @@ class LocalRunListCreate(EvalView):
     """Your published local runs; POST publishes one: a ``benchmark run`` folder's summary.json (and timing.json),
     to a published benchmark (its protocol checked) or to your own board. Shown as "local, unverified"."""
 
-    @extend_schema(responses={200: serializers.LocalRunSerializer(many=True)})
+    @extend_schema(responses={200: serializers.LocalRunSerializer(many=True), **AUTH_ERRORS})
     def get(self, request):
         runs = LocalRun.objects.filter(owner=request.user).select_related("benchmark")[:200]
         return Response(serializers.LocalRunSerializer(runs, many=True).data)

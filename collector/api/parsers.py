@@ -1,21 +1,14 @@
-"""The researcher API's JSON parser: DRF's, with a body nested too deep for the decoder a 400.
-
-A body of 15,000 ``[`` makes the JSON decoder raise RecursionError, which DRF's JSONParser does not catch (a
-500 with a traceback); here it is a ParseError like any other malformed body. Everything else is DRF's (NUL
-and lone surrogates in strings are refused by its CharField, numbers by the serializers' ranges).
-"""
+"""The researcher API's limits for the one bounded JSON parser (``config.json_bodies``): objects/arrays at
+most 8 deep (a body of 15,000 ``[`` is a 400, not the decoder's RecursionError), no ``NaN``, integers of at
+most 20 digits, no NUL or lone surrogate in a string. The size is Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``;
+the fields' rules are the serializers'."""
 
 from __future__ import annotations
 
-from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from config.json_bodies import BoundedJSONParser, Limits
 
 
-class ResearcherJSONParser(JSONParser):
-    def parse(self, stream, media_type=None, parser_context=None):
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError:
-            raise ParseError(
-                "JSON parse error - the body nests arrays/objects too deep; send the documented shape."
-            ) from None
+class ResearcherJSONParser(BoundedJSONParser):
+    limits = Limits(
+        max_body_bytes=None, max_depth=8, max_int_digits=20, strings="storable", object_only=False
+    )

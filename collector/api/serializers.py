@@ -240,5 +240,10 @@ class WorkerRowSerializer(serializers.Serializer):
     quality_flags = serializers.DictField(child=serializers.IntegerField())
 
 
-class StudyActionErrorSerializer(serializers.Serializer):
-    detail = serializers.CharField()
+class TargetPageSerializer(serializers.Serializer):
+    """One page of a study's targets (limit/offset pagination)."""
+
+    count = serializers.IntegerField(help_text="Targets in all pages.")
+    next = serializers.URLField(allow_null=True, help_text="The next page's address, or null.")
+    previous = serializers.URLField(allow_null=True, help_text="The previous page's address, or null.")
+    results = TargetSerializer(many=True)

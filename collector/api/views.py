@@ -1,5 +1,7 @@
 """Researcher API views: authorize (researcher + per-study visibility), call selectors or one service,
-serialize. Studies another researcher owns answer 404, as if they did not exist."""
+serialize. Studies another researcher owns answer 404, as if they did not exist. Errors are the envelope of
+``config.api_errors`` (``{"code", "message", "field"}``; a study form with several faults lists them under
+``errors``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.exceptions import ValidationError as DrfValidationError
@@ -25,12 +27,15 @@ from collector.selectors.permissions import studies_visible_to, study_visible_or
 from collector.selectors.workers import study_worker_table
 from collector.services import launch as launch_services
 from collector.services import studies as study_services
+from config.api_errors import ApiError, error_responses
 
 from . import serializers
 from .permissions import IsResearcher
 
 PNG_RESPONSE = {(200, "image/png"): OpenApiResponse(OpenApiTypes.BINARY, description="PNG picture")}
-NOT_FOUND = OpenApiResponse(description="No such study visible to you.")
+#: every endpoint: no credentials (401), not a researcher (403)
+AUTH_ERRORS = error_responses(401, 403)
+NOT_FOUND = {**error_responses(404, s404="No such study (or target) visible to you."), **AUTH_ERRORS}
 
 
 class Pagination(LimitOffsetPagination):
@@ -48,6 +53,9 @@ class ResearcherView(APIView):
             raise Http404(f"target {target_id} is not part of study {study.pk}.") from None
 
 
+@extend_schema_view(
+    get=extend_schema(responses={200: serializers.DatasetSerializer(many=True), **AUTH_ERRORS})
+)
 class DatasetList(generics.ListAPIView):
     """Datasets a study can be created from, with their image and object counts."""
 
@@ -61,6 +69,12 @@ class DatasetList(generics.ListAPIView):
         ).order_by("name")
 
 
+@extend_schema_view(
+    get=extend_schema(responses={200: serializers.StudySerializer(many=True), **AUTH_ERRORS}),
+    post=extend_schema(
+        responses={201: serializers.StudySerializer, **AUTH_ERRORS, **error_responses(400, 415)}
+    ),
+)
 class StudyListCreate(generics.ListCreateAPIView):
     """Studies visible to you (owned or shared); POST creates a draft study you own."""
 
@@ -86,7 +100,7 @@ class StudyListCreate(generics.ListCreateAPIView):
 
 
 class StudyDetail(ResearcherView):
-    @extend_schema(responses={200: serializers.StudySerializer, 404: NOT_FOUND})
+    @extend_schema(responses={200: serializers.StudySerializer, **NOT_FOUND})
     def get(self, request, study_id: int):
         """One study's settings and state."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
@@ -103,11 +117,12 @@ class StudyAction(ResearcherView):
         request=None,
         responses={
             200: serializers.StudySerializer,
-            403: OpenApiResponse(description="Shared with you to look at; only the owner may change it."),
-            404: NOT_FOUND,
-            409: serializers.StudyActionErrorSerializer,
-            502: OpenApiResponse(
-                serializers.StudyActionErrorSerializer, description="The crowd platform refused or failed."
+            **NOT_FOUND,
+            **error_responses(
+                403,
+                409,
+                502,
+                s403="Shared with you to look at; only the owner may change it (or not a researcher).",
             ),
         },
     )
@@ -123,9 +138,9 @@ class StudyAction(ResearcherView):
             else:
                 launch_services.study_halt(study_id=study.pk, close=self.action_name == "close")
         except (study_services.StudyStateError, launch_services.LaunchRefused) as error:
-            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
+            raise ApiError(status.HTTP_409_CONFLICT, "state_conflict", str(error)) from None
         except PlatformError as error:
-            return Response({"detail": str(error)}, status=status.HTTP_502_BAD_GATEWAY)
+            raise ApiError(status.HTTP_502_BAD_GATEWAY, "platform_error", str(error)) from None
         study = Study.objects.select_related("dataset", "owner").get(pk=study.pk)
         return Response(serializers.StudySerializer(study).data)
 
@@ -143,7 +158,7 @@ class StudyClose(StudyAction):
 
 
 class StudyProgress(ResearcherView):
-    @extend_schema(responses={200: serializers.ProgressSerializer, 404: NOT_FOUND})
+    @extend_schema(responses={200: serializers.ProgressSerializer, **NOT_FOUND})
     def get(self, request, study_id: int):
         """Live progress: valid clicks vs quota per round and device, sessions and rejection reasons, time
         per batch, money spent (paid = the platform's accepted review, or counted with no review yet = owed)."""
@@ -152,7 +167,7 @@ class StudyProgress(ResearcherView):
 
 
 class StudyBudget(ResearcherView):
-    @extend_schema(responses={200: serializers.BudgetSerializer, 404: NOT_FOUND})
+    @extend_schema(responses={200: serializers.BudgetSerializer, **NOT_FOUND})
     def get(self, request, study_id: int):
         """Budget estimate of the current round, with its formula (the figure every page shows)."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
@@ -166,7 +181,7 @@ class StudyTargets(ResearcherView):
             OpenApiParameter("limit", int),
             OpenApiParameter("offset", int),
         ],
-        responses={200: serializers.TargetSerializer(many=True), 404: NOT_FOUND},
+        responses={200: serializers.TargetPageSerializer, **NOT_FOUND, **error_responses(400)},
     )
     def get(self, request, study_id: int):
         """Targets with valid-click counters and click counts (paginated: limit/offset)."""
@@ -185,7 +200,7 @@ class StudyTargets(ResearcherView):
 
 
 class StudyTargetDetail(ResearcherView):
-    @extend_schema(responses={200: serializers.TargetDetailSerializer, 404: NOT_FOUND})
+    @extend_schema(responses={200: serializers.TargetDetailSerializer, **NOT_FOUND})
     def get(self, request, study_id: int, target_id: int):
         """One target and all its clicks (worker pseudonyms, device, validity and reason)."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
@@ -203,7 +218,7 @@ class PngView(ResearcherView):
 
 
 class StudyTargetHeatmap(PngView):
-    @extend_schema(responses={**PNG_RESPONSE, 404: NOT_FOUND})
+    @extend_schema(responses={**PNG_RESPONSE, **NOT_FOUND})
     def get(self, request, study_id: int, target_id: int):
         """The target's image, region and all clicks as a heatmap (pc blue, mobile orange, invalid ✕)."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
@@ -214,7 +229,7 @@ class StudyTargetHeatmap(PngView):
 class StudyChart(PngView):
     @extend_schema(
         parameters=[OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=list(pictures.CHART_KINDS))],
-        responses={**PNG_RESPONSE, 404: NOT_FOUND},
+        responses={**PNG_RESPONSE, **NOT_FOUND},
     )
     def get(self, request, study_id: int, kind: str):
         """reaction-times, phase-timing or devices (pc vs mobile) chart."""
@@ -225,7 +240,7 @@ class StudyChart(PngView):
 
 
 class StudyWorkers(ResearcherView):
-    @extend_schema(responses={200: serializers.WorkerRowSerializer(many=True), 404: NOT_FOUND})
+    @extend_schema(responses={200: serializers.WorkerRowSerializer(many=True), **NOT_FOUND})
     def get(self, request, study_id: int):
         """Pseudonymous worker table with quality signals."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
@@ -233,7 +248,7 @@ class StudyWorkers(ResearcherView):
 
 
 class StudyQualifications(ResearcherView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND})
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **NOT_FOUND})
     def get(self, request, study_id: int):
         """A corrective campaign's qualification test: its settings and one row per tested worker (pseudonym,
         passed, placement, IoU gain per click, clicks, why not, when sent to the platform); 404 when the study

@@ -7,10 +7,10 @@ from functools import wraps
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import JsonResponse
 
 from collector.models import Study
 from collector.selectors.permissions import study_visible_or_404, user_can_change_study, user_is_researcher
+from config.api_errors import error_response
 
 
 def researcher_required(view):
@@ -31,15 +31,16 @@ def researcher_required(view):
 
 
 def researcher_json(view):
-    """For JSON endpoints of the area: 401 / 403 as JSON bodies instead of the login redirect."""
+    """For JSON endpoints of the area: 401 / 403 in the error envelope (``config.api_errors``) instead of the
+    login redirect."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         if not request.user.is_authenticated:
-            return JsonResponse({"error": "log in to the researcher area first."}, status=401)
+            return error_response(401, "not_authenticated", "log in to the researcher area first.")
         if not user_is_researcher(request.user):
-            return JsonResponse(
-                {"error": "this is for researchers (staff or group 'researchers')."}, status=403
+            return error_response(
+                403, "permission_denied", "this is for researchers (staff or group 'researchers')."
             )
         return view(request, *args, **kwargs)
 

@@ -44,6 +44,7 @@ from collector.services import next_round as next_round_services
 from collector.services import reservations as reservation_services
 from collector.services import studies as study_services
 from collector.services.validation import ValidationError as MaskMissing
+from config.api_errors import error_response
 
 from .access import changeable_study_or_403, researcher_json, researcher_required
 from .forms import (
@@ -163,17 +164,17 @@ def budget_estimate(request):
     currency, platform): ``collector.selectors.budget.budget_estimate``, the one formula of every page."""
     dataset = Dataset.objects.filter(pk=_int_param(request, "dataset", 0)).first()
     if dataset is None:
-        return JsonResponse({"error": "choose a dataset first."}, status=400)
+        return error_response(400, "invalid", "choose a dataset first.", field="dataset")
     try:
         reward = Decimal(request.GET.get("reward", "0") or "0")
     except InvalidOperation:
-        return JsonResponse({"error": "reward must be a decimal number such as 0.05."}, status=400)
+        return error_response(400, "invalid", "reward must be a decimal number such as 0.05.", field="reward")
     batch_size = _int_param(request, "batch_size", 10)
     if batch_size < 1:
-        return JsonResponse({"error": "trials per batch must be at least 1."}, status=400)
+        return error_response(400, "invalid", "trials per batch must be at least 1.", field="batch_size")
     platform = request.GET.get("platform") or Platform.LINK
     if platform not in Platform.values:
-        return JsonResponse({"error": f"platform {platform!r} is unknown."}, status=400)
+        return error_response(400, "invalid", f"platform {platform!r} is unknown.", field="platform")
     estimate = budget_selectors.budget_estimate(
         targets=Instance.objects.filter(image__dataset=dataset).count(),
         quota_pc=_int_param(request, "quota_pc", 25),
@@ -375,24 +376,24 @@ def preview_check(request, study_id: int):
     try:
         study = study_visible_or_404(user=request.user, study_id=study_id)
     except Http404:
-        return JsonResponse(
-            {"error": f"study {study_id} does not exist or is not shared with you."}, status=404
-        )
+        return error_response(404, "not_found", f"study {study_id} does not exist or is not shared with you.")
     try:
         data = json.loads(request.body or b"{}")
     except (ValueError, UnicodeDecodeError):
-        return JsonResponse({"error": "the body must be JSON: {target_id, x, y}."}, status=400)
+        return error_response(400, "invalid_json", "the body must be JSON: {target_id, x, y}.")
     if not isinstance(data, dict):
-        return JsonResponse({"error": "the body must be a JSON object: {target_id, x, y}."}, status=400)
+        return error_response(400, "invalid_json", "the body must be a JSON object: {target_id, x, y}.")
     target_id = data.get("target_id")
     if not isinstance(target_id, int) or isinstance(target_id, bool):
-        return JsonResponse({"error": f"target_id={target_id!r} must be an integer."}, status=400)
+        return error_response(
+            400, "invalid", f"target_id={target_id!r} must be an integer.", field="target_id"
+        )
     coordinates = {}
     for name in ("x", "y"):
         value = data.get(name)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            return JsonResponse(
-                {"error": f"{name}={value!r} must be a finite number (image px)."}, status=400
+            return error_response(
+                400, "invalid", f"{name}={value!r} must be a finite number (image px).", field=name
             )
         coordinates[name] = float(value)
     target = (
@@ -401,11 +402,13 @@ def preview_check(request, study_id: int):
         .first()
     )
     if target is None:
-        return JsonResponse({"error": f"target {target_id} is not part of study {study.pk}."}, status=404)
+        return error_response(
+            404, "not_found", f"target {target_id} is not part of study {study.pk}.", field="target_id"
+        )
     try:
         verdict = preview_click_check(target=target, **coordinates)
     except MaskMissing as error:
-        return JsonResponse({"error": str(error)}, status=500)
+        return error_response(500, "mask_missing", str(error))
     return JsonResponse(verdict)
 
 

@@ -18,15 +18,17 @@ Rules for other code (one place, so the click and finish endpoints and the playe
 :func:`session_work_check` says whether a session still takes work; :func:`trial_server_flags` gives the
 flags the server holds for a trial, which the click path must keep when it stores the client's flags.
 
-Wire format (``annotation_ui.api.Presented``; every 4xx body also carries ``field``)::
+Wire format (``annotation_ui.api.Presented``; every 4xx body is the error envelope of ``config.api_errors``)::
 
     POST /api/annotator/<session token>/presented
     {"position": 3, "presentation_id": "<client uuid, 1-64 chars>"}
 
     200 {"ok": true, "position": 3, "presentations": 1, "replayed": false}
-    409 {"error": "<message for the worker>", "reason": "session_finished" | "session_expired" |
-         "trial_done" | "trial_released", "position": 3}
-    400 {"error": "<what is malformed, or no trial at that position>"}      404 bad token
+    409 {"code": "session_finished" | "session_expired" | "trial_done" | "trial_released",
+         "message": "<message for the worker>",
+         "field": null, "position": 3}
+    400 {"code": "invalid", "message": "<what is malformed, or no trial at that position>", "field": ...}
+    404 bad token
 
 Send it once per showing (a new ``presentation_id`` after a reload; the same one on a network retry).
 
@@ -37,7 +39,7 @@ The report of the trial after a click can ride on that click instead (``trial_pr
 
     201 {"ok": true, "created": true, "position": 3, "missing": [...],
          "next_presentation": {"ok": true, "position": 4, "presentations": 1, "replayed": false}}
-    (or "next_presentation": {"ok": false, "position": 4, "reason": "trial_done", "error": "..."})
+    (or "next_presentation": {"ok": false, "position": 4, "code": "trial_done", "message": "..."})
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def trial_presented_attached(*, session_id: int, position: int, presentation_id:
     """The showing a click carries for the batch's next trial (its ``next_presentation``, wire format in the
     module docstring), recorded as :func:`trial_presented_record` records a report of its own. Returns the
     click answer's ``next_presentation`` object: ``{"ok": true, "position", "presentations", "replayed"}``, or ``{"ok":
-    false, "position", "reason", "error"}`` when the report is refused (``reason`` as the 409 of ``presented``:
+    false, "position", "code", "message"}`` when the report is refused (``code`` as the 409 of ``presented``:
     ``session_finished``, ``session_expired``, ``trial_done``) or names no trial (``invalid``). A refused
     showing never changes the click's own answer: the click is stored before it.
 
@@ -177,9 +179,9 @@ def trial_presented_attached(*, session_id: int, position: int, presentation_id:
         return {"ok": True, **trial_presented_record(session_id=session_id, position=position,
                                                      presentation_id=presentation_id)}  # fmt: skip
     except PresentationRefused as exc:
-        return {"ok": False, "position": position, "reason": exc.reason, "error": str(exc)}
+        return {"ok": False, "position": position, "code": exc.reason, "message": str(exc)}
     except ValueError as exc:
-        return {"ok": False, "position": position, "reason": "invalid", "error": str(exc)}
+        return {"ok": False, "position": position, "code": "invalid", "message": str(exc)}
 
 
 def _presented(*, session_id: int, trial_id: int, position: int, shown: int) -> dict:

@@ -114,7 +114,7 @@ function reportProblem(endpoint, status, message, itemId) {
 
 /** The server refused a write: it is not retried; say why, report it, and take the server's state. */
 function refused(entry, result) {
-  var message = (result.data && result.data.error) || ("HTTP " + result.status);
+  var message = (result.data && result.data.message) || ("HTTP " + result.status);
   if (window.console) { console.warn("refused", result.status, message); }
   if (current() && entry.body.item === current().id) { showError(message); }
   reportProblem(entry.url.split("/").pop(), result.status, message, entry.body.item);
@@ -439,7 +439,7 @@ function runQualificationResult(action) {
     $("qualification-detail").textContent = gettext("Preparing your task…");
     request("POST", action.continue_url, {}, 20000).then(function (result) {
       if (result.ok && result.data.player_url) { window.location.href = result.data.player_url; return; }
-      $("qualification-detail").textContent = result.data.error || ("HTTP " + result.status);
+      $("qualification-detail").textContent = result.data.message || ("HTTP " + result.status);
       button.disabled = false;
     }, function () {
       $("qualification-detail").textContent = gettext("Reconnecting…");
@@ -466,10 +466,10 @@ function finishSession() {
   (function attempt(tries) {
     outboxDrain().then(function () { return request("POST", api.finish, {}, 20000); }).then(function (result) {
       if (result.ok) { finishActionRun(result.data.finish || {}); return; }
-      var waiting = result.status === 409 && result.data.reason === "items_unfinished";
+      var waiting = result.status === 409 && result.data.code === "items_unfinished";
       if (!waiting && result.status >= 400 && result.status < 500 && result.status !== 408 && result.status !== 429) {
         // final (the session is closed or expired, the link is not valid): say so, report it, stop
-        var message = result.data.error || ("HTTP " + result.status);
+        var message = result.data.message || ("HTTP " + result.status);
         $("saving-detail").textContent = message;
         reportProblem("finish", result.status, message);
         return;

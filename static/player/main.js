@@ -124,8 +124,8 @@ const outbox = PREVIEW ? null : new Outbox({
   },
   onRefused: (item, result) => {
     if (item.kind === "heartbeat") { return; }  // a bad token or a gone session: the next request says so
-    if (result.data && result.data.reason === "trial_released") { reloadForReturn(); return; }
-    const reason = (result.data && result.data.error) || `HTTP ${result.status}`;
+    if (result.data && result.data.code === "trial_released") { reloadForReturn(); return; }
+    const reason = (result.data && result.data.message) || `HTTP ${result.status}`;
     notice(interpolate(gettext("Your answer for image %(n)s was not accepted: %(reason)s"),
       { n: item.position + 1, reason }));
     reportProblem("click", result.status, reason, item.position);
@@ -279,9 +279,9 @@ async function reportPresented(position) {
     presentationId = report.id;
     const answer = await Promise.race([report.answer.promise, sleep(4000).then(() => null)]);
     if (answer && answer.ok) { return true; }
-    if (answer && answer.reason === "trial_released") { reloadForReturn(); return false; }
-    if (answer && answer.reason && answer.reason !== "invalid") {
-      const message = answer.error || gettext("This image cannot be shown.");
+    if (answer && answer.code === "trial_released") { reloadForReturn(); return false; }
+    if (answer && answer.code && answer.code !== "invalid") {
+      const message = answer.message || gettext("This image cannot be shown.");
       reportProblem("presented", 409, message, position);
       fail(message);
       return false;
@@ -295,8 +295,8 @@ async function reportPresented(position) {
       const verdict = classify(result.status);
       if (verdict === "stored") { return true; }
       if (verdict === "refused") {
-        if (result.data.reason === "trial_released") { reloadForReturn(); return false; }
-        const message = result.data.error || gettext("This image cannot be shown.");
+        if (result.data.code === "trial_released") { reloadForReturn(); return false; }
+        const message = result.data.message || gettext("This image cannot be shown.");
         reportProblem("presented", result.status, message, position);
         if (result.status === 409) { fail(message); return false; }
         return true;
@@ -410,7 +410,7 @@ async function previewCheck(trial, point) {
   try {
     const result = await postJson(payload.api.preview_check,
       { target_id: trial.target_id, x: point.x, y: point.y }, 10000, "same-origin");
-    if (!result.ok) { return result.data.error || `HTTP ${result.status}`; }
+    if (!result.ok) { return result.data.message || `HTTP ${result.status}`; }
     return result.data.message || (result.data.valid ? gettext("Counts.") : gettext("Does not count."));
   } catch {
     return gettext("Could not check the click (network).");
@@ -514,7 +514,7 @@ async function finishBatch() {
         return;
       }
       if (classify(result.status) === "refused") {
-        const message = result.data.error || gettext("This task cannot be finished.");
+        const message = result.data.message || gettext("This task cannot be finished.");
         reportProblem("finish", result.status, message, null);
         fail(message);
         return;

@@ -98,7 +98,7 @@
       const response = await fetch(urls.estimateUrl + "?" + params, { credentials: "same-origin" });
       const body = await response.json();
       if (!response.ok) {
-        document.getElementById("est-total").textContent = body.error || "cannot estimate";
+        document.getElementById("est-total").textContent = body.message || "cannot estimate";
         return;
       }
       const paid = (device) => (body.devices[device] ? body.devices[device].assignments : 0);

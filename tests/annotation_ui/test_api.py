@@ -95,9 +95,9 @@ HOSTILE_CLICKS = [
 def test_hostile_clicks_are_400_naming_the_field(token, raw, field):
     status, body = _send(token, "click", raw)
     assert status == 400, body
-    assert set(body) >= {"error", "field"}, body
+    assert set(body) >= {"code", "message", "field"}, body
     assert body["field"] == field or body["field"].startswith((f"{field}[", f"{field}.")), body
-    assert field is None or field.split(".")[0] in body["error"]
+    assert field is None or field.split(".")[0] in body["message"]
     assert not Click.objects.exists()
 
 
@@ -124,7 +124,8 @@ def test_the_player_s_own_bodies_pass_and_a_missing_field_says_so(token):
     assert _send(token, "client", {"client_info": {"device_pixel_ratio": 2, "ua_mobile": None}})[0] == 200
     status, body = _send(token, "click", {k: v for k, v in _click().items() if k != "x"})
     assert status == 400 and body == {
-        "error": "x is missing: This field is required. Send it with the request.",
+        "code": "invalid",
+        "message": "x is missing: This field is required. Send it with the request.",
         "field": "x",
     }
     assert _send(token, "click", _click())[0] == 201
@@ -178,7 +179,7 @@ def test_property_no_body_makes_a_server_error(token, endpoint, body):
     assert response.status_code < 500, response.content[:500]
     if response.status_code >= 400:
         answer = response.json()
-        assert isinstance(answer["error"], str) and answer["error"] and "field" in answer
+        assert isinstance(answer["message"], str) and answer["message"] and "field" in answer
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,12 +254,12 @@ def _session_of(token):
 def test_a_click_sent_by_hand_during_phase_b_is_refused_and_one_in_phase_d_is_stored(token):
     assert _send(token, "presented", {"position": 0, "presentation_id": "show-0"})[0] == 200
     status, body = _send(token, "click", _click())  # 0.1 s after the report: the target is still shown
-    assert (status, body["reason"], body["position"]) == (409, "click_too_early", 0), body
-    assert "only in phase D" in body["error"] and not Click.objects.exists()
+    assert (status, body["code"], body["position"]) == (409, "click_too_early", 0), body
+    assert "only in phase D" in body["message"] and not Click.objects.exists()
 
     present_trials(_session_of(token), seconds_ago=5.0)  # phases A + B + C (1.5 + 2 + 1.5 s) are over
     status, body = _send(token, "click", _click(event_timestamp_ms=3.5))  # but before its own onset D (4)
-    assert (status, body["reason"], body["field"]) == (409, "click_before_phase_d", "event_timestamp_ms")
+    assert (status, body["code"], body["field"]) == (409, "click_before_phase_d", "event_timestamp_ms")
 
     scheduled = {"A": 0.5, "B": 1.5, "C": 2.5, "D": 3.5}
     status, body = _send(token, "click", _click(scheduled_onsets_ms=scheduled, load_wait_ms=812.5))
@@ -379,6 +380,6 @@ def test_a_problem_report_is_stored_bounded_and_logged_with_the_session_id(token
     session.refresh_from_db()
     assert len(session.problems) == 50
     status, body = _send(token, "problem", {"status": 409, "endpoint": "upload", "message": "m"})
-    assert (status, body["field"]) == (400, "endpoint") and "upload" in body["error"]
+    assert (status, body["field"]) == (400, "endpoint") and "upload" in body["message"]
     status, body = _send(token, "problem", {"status": 409, "endpoint": "click", "message": "m" * 501})
     assert (status, body["field"]) == (400, "message")

@@ -37,7 +37,7 @@ def test_a_bad_or_unknown_token_gets_the_apis_json_404_on_every_endpoint(setting
             )
             assert response.status_code == 404, (token, path)
             assert response["Content-Type"] == "application/json", (token, path, response.content[:200])
-            error = response.json()["error"]
+            error = response.json()["message"]
             assert error.endswith("open the task again from the platform."), error
     # pages outside the API keep their HTML messages
     page = client.get(f"/a/{FORGED}/")

@@ -60,7 +60,7 @@ def test_a_heartbeat_keeps_the_batch_and_answers_in_the_api_error_shape(study):
                                     "replaced": [], "dropped": []})  # fmt: skip
     assert Session.objects.get(pk=session.pk).last_seen_at is not None
     status, body = _post(token, "heartbeat", {"visibility": "gone"})
-    assert status == 400 and body["field"] == "visibility" and "'gone'" in body["error"]
+    assert status == 400 and body["field"] == "visibility" and "'gone'" in body["message"]
     status, body = _post("forged", "heartbeat", {})
     assert status == 404 and body["field"] == "token"
 
@@ -74,9 +74,9 @@ def test_a_released_trial_refuses_its_click_and_the_heartbeat_brings_the_batch_b
              "pointer_type": "mouse", "reaction_ms": 400, "event_timestamp_ms": 9000.5,
              "phase_onsets_ms": {"A": 1, "B": 2, "C": 3, "D": 4}, "flags": []}  # fmt: skip
     status, body = _post(token, "click", click)
-    assert status == 409 and body["reason"] == "trial_released" and "Reload the page" in body["error"]
+    assert status == 409 and body["code"] == "trial_released" and "Reload the page" in body["message"]
     status, body = _post(token, "presented", {"position": 1, "presentation_id": "p-1"})
-    assert status == 409 and body["reason"] == "trial_released"
+    assert status == 409 and body["code"] == "trial_released"
     assert all(inflight == 0 for inflight in Target.objects.values_list("inflight_pc", flat=True))
 
     status, body = _post(token, "heartbeat", {"visibility": "visible"})

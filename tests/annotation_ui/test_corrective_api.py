@@ -86,10 +86,10 @@ def test_hostile_bodies_are_400_naming_the_field_and_change_nothing(campaign):
     for endpoint, body, field in _hostile(item):
         status, answer = _post(token, endpoint, body)
         assert status == 400, (endpoint, body, answer)
-        assert isinstance(answer.get("error"), str) and answer["error"], answer
+        assert isinstance(answer.get("message"), str) and answer["message"], answer
         assert answer.get("field") == field, (endpoint, body, answer)
         if field:
-            assert field in answer["error"], answer
+            assert field in answer["message"], answer
     assert not CorrectiveClick.objects.exists()
     assert set(CorrectiveItem.objects.values_list("state", "round")) == {("clicking", 1)}
 
@@ -138,7 +138,7 @@ def test_property_no_body_makes_a_server_error(campaign, endpoint, body):
     status, answer = _post(campaign["token"], endpoint, raw)
     assert status < 500, answer
     if status >= 400:
-        assert isinstance(answer["error"], str) and answer["error"], answer
+        assert isinstance(answer["message"], str) and answer["message"], answer
 
 
 def test_a_refused_finish_says_whether_to_wait_or_stop_and_the_refusal_can_be_reported(campaign):
@@ -146,14 +146,14 @@ def test_a_refused_finish_says_whether_to_wait_or_stop_and_the_refusal_can_be_re
     reporting the message, on any other refusal (issue 20.4): the 409's ``reason`` tells the two apart."""
     token = campaign["token"]
     status, answer = _post(token, "finish", {})
-    assert (status, answer["reason"]) == (409, "items_unfinished"), answer
+    assert (status, answer["code"]) == (409, "items_unfinished"), answer
     Session.objects.update(status=Session.Status.EXPIRED)
     response = Client(HTTP_ACCEPT_LANGUAGE="ru").post(
         f"/api/annotator/{token}/corrective/finish", data="{}", content_type="application/json"
     )
-    assert response.status_code == 409 and response.json()["reason"] == "session_closed", response.content
-    assert "ответы больше не принимаются" in response.json()["error"], response.json()
-    report = {"status": 409, "endpoint": "corrective/finish", "message": response.json()["error"]}
+    assert response.status_code == 409 and response.json()["code"] == "session_closed", response.content
+    assert "ответы больше не принимаются" in response.json()["message"], response.json()
+    report = {"status": 409, "endpoint": "corrective/finish", "message": response.json()["message"]}
     assert (
         Client()
         .post(f"/api/annotator/{token}/problem", data=json.dumps(report), content_type="application/json")

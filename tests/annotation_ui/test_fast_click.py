@@ -129,7 +129,7 @@ def test_the_fast_path_answers_stored_clicks_exactly_as_the_view_and_leaves_the_
     # the three stored clicks (201, 200, 201) were answered without the view; the six refusals by it
     assert by_view == (6, 9)
     carried = json.loads(normal[0][1])["next_presentation"]
-    assert (carried["ok"], carried["position"], carried["reason"]) == (False, 0, "trial_done")
+    assert (carried["ok"], carried["position"], carried["code"]) == (False, 0, "trial_done")
     assert json.loads(normal[7][1])["field"] == "next_presentation.presentation_id"
     assert sorted(Click.objects.values_list("idempotency_key", flat=True)) == [
         "fast-0", "fast-1", "view-0", "view-1"

@@ -111,14 +111,14 @@ def test_refusals_reach_a_russian_worker_in_russian(client, study):
     token = session_token_make(session_id=session.pk)
     finish = reverse("annotation_ui:api_finish", kwargs={"token": token})
     body = client.post(finish, data="{}", content_type="application/json", **RUSSIAN).json()
-    assert body["error"] == f"в сеансе {session.pk} ещё нет кликов для изображений: 0, 1, 2."
+    assert body["message"] == f"в сеансе {session.pk} ещё нет кликов для изображений: 0, 1, 2."
     english = client.post(finish, data="{}", content_type="application/json").json()
-    assert english["error"] == f"session {session.pk} still lacks clicks for trial(s) 0, 1, 2."
+    assert english["message"] == f"session {session.pk} still lacks clicks for trial(s) 0, 1, 2."
     bad = client.post(
         reverse("annotation_ui:api_finish", kwargs={"token": "forged"}), data="{}", content_type="application/json",
         **RUSSIAN,
     ).json()  # fmt: skip
-    assert bad["error"].startswith("ссылка на задание недействительна")
+    assert bad["message"].startswith("ссылка на задание недействительна")
 
 
 @pytest.mark.slow

@@ -721,8 +721,12 @@ def test_a_refused_click_is_not_retried_is_shown_and_reported(chromium, player_s
         " && document.getElementById('notice').textContent.includes('was not accepted')",
         timeout=30_000,
     )
-    assert "image 2" in page.inner_text("#notice")
+    notice = page.inner_text("#notice")
+    assert "image 2" in notice
     wait_for(lambda: Session.objects.get(pk=session.pk).problems, what="the refusal reported")
+    # what the worker reads is the server's own message (the envelope's "message"), not a bare status
+    shown = [p["message"] for p in Session.objects.get(pk=session.pk).problems if p["endpoint"] == "click"]
+    assert shown and shown[0] in notice and "HTTP 409" not in notice, (shown, notice)
     page.wait_for_timeout(3000)  # room for a retry that must not come
     context.close()
     assert len(click_requests) == 2, click_requests  # trial 0's click and one try of trial 1's

@@ -236,7 +236,7 @@ def test_click_api_stores_once_and_finish_returns_the_code_only_when_complete(cl
     again = _post(client, click_url, _click_body(0, "k0"))
     assert again.status_code == 200 and again.json()["created"] is False
     other = _post(client, click_url, _click_body(0, "k-other"))
-    assert other.status_code == 409 and "already has its click" in other.json()["error"]
+    assert other.status_code == 409 and "already has its click" in other.json()["message"]
     assert _post(client, click_url, {"position": 1}).status_code == 400
     assert client.post(click_url, data="{not json", content_type="application/json").status_code == 400
     assert _post(client, click_url, _click_body("1", "k1")).status_code == 400

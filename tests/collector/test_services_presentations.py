@@ -96,8 +96,8 @@ def test_a_second_tab_cannot_replay_a_finished_batch(session):
         _click(session, position)
     session_finish(session_id=session.pk)
     status, body = _post(session, {"position": 2, "presentation_id": "tab-2"})
-    assert (status, body["reason"], body["position"]) == (409, "session_finished", 2)
-    assert "already finished" in body["error"]
+    assert (status, body["code"], body["position"]) == (409, "session_finished", 2)
+    assert "already finished" in body["message"]
     with pytest.raises(PresentationRefused) as refused:
         session_work_check(session=Session.objects.get(pk=session.pk))
     assert refused.value.reason == "session_finished"
@@ -110,12 +110,12 @@ def test_a_trial_clicked_in_another_tab_is_refused(session):
     _post(session, {"position": 1, "presentation_id": "tab-1"})
     _click(session, 1)
     status, body = _post(session, {"position": 1, "presentation_id": "tab-2"})
-    assert (status, body["reason"]) == (409, "trial_done")
+    assert (status, body["code"]) == (409, "trial_done")
 
 
 def test_an_expired_batch_is_refused(session):
     Session.objects.filter(pk=session.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert _post(session, {"position": 0, "presentation_id": "late"})[1]["reason"] == "session_expired"
+    assert _post(session, {"position": 0, "presentation_id": "late"})[1]["code"] == "session_expired"
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_an_expired_batch_is_refused(session):
 )
 def test_malformed_reports_name_the_field(session, body, text):
     status, answer = _post(session, body)
-    assert status == 400 and text in answer["error"]
+    assert status == 400 and text in answer["message"]
 
 
 def test_a_forged_token_is_404(session):
@@ -257,13 +257,13 @@ def test_a_carried_report_the_rules_refuse_never_refuses_the_click_that_carried_
     status, body = _click_carrying(session, 0, "c-0", {"position": 1, "presentation_id": "late-1"})
     assert status == 201 and body["created"] is True
     refused = body["next_presentation"]
-    assert (refused["ok"], refused["position"], refused["reason"]) == (False, 1, "trial_done")
-    assert "already answered" in refused["error"]
+    assert (refused["ok"], refused["position"], refused["code"]) == (False, 1, "trial_done")
+    assert "already answered" in refused["message"]
     status, body = _click_carrying(session, 2, "c-2", {"position": 9, "presentation_id": "nowhere"})
     assert status == 201
     assert (
-        body["next_presentation"]["reason"] == "invalid"
-        and "no trial at position 9" in (body["next_presentation"]["error"])
+        body["next_presentation"]["code"] == "invalid"
+        and "no trial at position 9" in (body["next_presentation"]["message"])
     )
     assert sorted(Trial.objects.filter(session=session, click__isnull=False).values_list("position", flat=True)) == [
         0, 1, 2
@@ -289,7 +289,7 @@ def test_a_malformed_carried_report_refuses_the_request_naming_the_field_and_sto
 ):
     present_trials(session, positions=[0])
     status, body = _click_carrying(session, 0, "c-0", carried)
-    assert (status, body["field"]) == (400, field) and text in body["error"], body
+    assert (status, body["field"]) == (400, field) and text in body["message"], body
     assert not Trial.objects.filter(session=session, click__isnull=False).exists()
     assert Trial.objects.get(session=session, position=1).presentations in (None, [])
 

@@ -135,7 +135,8 @@ def _assert_503(response) -> None:
     assert response.status_code == 503, response.content
     assert response["Retry-After"] == "5" and response["Cache-Control"] == "no-store"
     assert (
-        response.json()["code"] == "database_unavailable" and "nothing was stored" in response.json()["error"]
+        response.json()["code"] == "database_unavailable"
+        and "nothing was stored" in response.json()["message"]
     )
 
 

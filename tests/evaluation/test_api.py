@@ -72,10 +72,10 @@ def test_order_of_calls_and_idempotent_retries(api, eval_dataset):
     )
     assert serve(api, run_id, key="n1") == served  # a retried next gets the same interaction
     again = api.post(f"/api/eval/runs/{run_id}/next/", {}, format="json", HTTP_IDEMPOTENCY_KEY="n2")
-    assert again.status_code == 409 and again.json()["error"] == "awaiting_mask"
-    assert "submit it" in again.json()["detail"]
+    assert again.status_code == 409 and again.json()["code"] == "awaiting_mask"
+    assert "submit it" in again.json()["message"]
     summary = api.get(f"/api/eval/runs/{run_id}/summary/")
-    assert summary.status_code == 409 and summary.json()["error"] == "not_finished"
+    assert summary.status_code == 409 and summary.json()["code"] == "not_finished"
 
     shape = (served["sample"]["height"], served["sample"]["width"])
     body = {"interaction": 1, "timing_s": 0.1, "mask_png": png_b64(np.zeros(shape, bool))}
@@ -86,7 +86,7 @@ def test_order_of_calls_and_idempotent_retries(api, eval_dataset):
     retry = api.post(f"/api/eval/runs/{run_id}/submit/", body, format="json", HTTP_IDEMPOTENCY_KEY="s1")
     assert retry.json() == first.json() and snapshot(run_id)[5] == rows  # scored once
     replay = api.post(f"/api/eval/runs/{run_id}/submit/", body, format="json", HTTP_IDEMPOTENCY_KEY="s2")
-    assert replay.status_code == 409 and replay.json()["error"] == "not_awaiting_mask"
+    assert replay.status_code == 409 and replay.json()["code"] == "not_awaiting_mask"
 
     second = serve(api, run_id, key="n3")
     assert second["interaction"] == 2 and not second["is_new"] and len(second["clicks"]) == 2
@@ -194,13 +194,13 @@ def test_bad_submissions_are_4xx_naming_the_problem_and_change_nothing(api, eval
             f"/api/eval/runs/{run_id}/submit/", body, format="json", HTTP_IDEMPOTENCY_KEY=f"bad-{name}"
         )
         assert response.status_code == status, (name, response.content)
-        assert response.json()["error"] == code and words in response.json()["detail"], (
+        assert response.json()["code"] == code and words in response.json()["message"], (
             name,
             response.json(),
         )
         assert snapshot(run_id) == before, name
     not_json = api.post(f"/api/eval/runs/{run_id}/submit/", "[1, 2]", content_type="application/json")
-    assert not_json.status_code == 400 and "JSON object" in not_json.json()["detail"]
+    assert not_json.status_code == 400 and "JSON object" in not_json.json()["message"]
     ok = {"interaction": 1, "timing_s": 0.5, "mask_png": png_b64(np.zeros(shape, bool))}
     assert api.post(f"/api/eval/runs/{run_id}/submit/", ok, format="json").status_code == 200
 
@@ -217,20 +217,20 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
     wrong = APIClient()
     wrong.credentials(HTTP_AUTHORIZATION="EvalKey ek_not-a-key")
     response = wrong.post("/api/eval/runs/", {"dataset": "GrabCut"}, format="json")
-    assert response.status_code == 401 and "not recognised" in response.json()["detail"]
+    assert response.status_code == 401 and "not recognised" in response.json()["message"]
 
     bad = api.post("/api/eval/runs/", {"dataset": "Nope"}, format="json")
     assert (
         bad.status_code == 400
-        and bad.json()["error"] == "unknown_dataset"
-        and "GrabCut" in bad.json()["detail"]
+        and bad.json()["code"] == "unknown_dataset"
+        and "GrabCut" in bad.json()["message"]
     )
     bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "max_clicks": 0}, format="json")
-    assert bad.status_code == 400 and "max_clicks=0" in bad.json()["detail"]
+    assert bad.status_code == 400 and "max_clicks=0" in bad.json()["message"]
     bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "clicker": "annotator"}, format="json")
-    assert bad.status_code == 400 and "clicker='annotator' is not served remotely" in bad.json()["detail"]
+    assert bad.status_code == 400 and "clicker='annotator' is not served remotely" in bad.json()["message"]
     bad = api.post("/api/eval/runs/", {"dataset": "GrabCut", "clicker": "replay"}, format="json")
-    assert bad.status_code == 400 and bad.json()["error"] == "no_real_clicks"
+    assert bad.status_code == 400 and bad.json()["code"] == "no_real_clicks"
 
     twice = [
         api.post("/api/eval/runs/", {"dataset": "GrabCut"}, format="json", HTTP_IDEMPOTENCY_KEY="c1")
@@ -240,7 +240,7 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
     settings.EVAL_MAX_ACTIVE_RUNS = 2
     start(api)
     too_many = api.post("/api/eval/runs/", {"dataset": "GrabCut"}, format="json")
-    assert too_many.status_code == 429 and too_many.json()["error"] == "too_many_runs"
+    assert too_many.status_code == 429 and too_many.json()["code"] == "too_many_runs"
 
     run_id = twice[0].json()["id"]
     other = APIClient()
@@ -251,7 +251,7 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
         expires_at=EvaluationRun.objects.get(pk=run_id).created_at - timedelta(seconds=1)
     )
     expired = api.post(f"/api/eval/runs/{run_id}/next/", {}, format="json")
-    assert expired.status_code == 410 and expired.json()["error"] == "run_expired"
+    assert expired.status_code == 410 and expired.json()["code"] == "run_expired"
     assert EvaluationRun.objects.get(pk=run_id).state == "expired"
 
     settings.EVAL_MAX_UPLOAD_BYTES = 100
@@ -262,7 +262,7 @@ def test_keys_runs_and_limits(api, eval_dataset, eval_key, researcher, settings)
     big = api.post(
         f"/api/eval/runs/{run_id}/submit/", {"interaction": 1, "mask_png": "A" * 200}, format="json"
     )
-    assert big.status_code == 413 and "limit is 100" in big.json()["detail"]
+    assert big.status_code == 413 and "limit is 100" in big.json()["message"]
 
     from django.core.cache import cache
 
@@ -286,7 +286,7 @@ def test_a_revoked_key_is_refused_at_once_where_it_was_revoked_and_within_the_ca
     assert api.get("/api/eval/datasets/").status_code == 200  # within EVAL_KEY_CACHE_S: still known here
     settings.EVAL_KEY_CACHE_S = 0
     refused = api.get("/api/eval/datasets/")
-    assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
+    assert refused.status_code == 401 and "revoked" in refused.json()["message"]
 
     settings.EVAL_KEY_CACHE_S = 30
     other, raw = create_key(user=researcher, name="second")

@@ -70,15 +70,15 @@ def test_a_benchmark_fixes_its_protocol_and_refuses_every_value_that_differs_nam
     }  # fmt: skip
     for name, (sent, words) in refused.items():
         response = api.post("/api/eval/runs/", {"benchmark": benchmark.slug, **sent}, format="json")
-        assert response.status_code == 400 and response.json()["error"] == "protocol_mismatch", (
+        assert response.status_code == 400 and response.json()["code"] == "protocol_mismatch", (
             name,
             response.json(),
         )
         for word in words:
-            assert word in response.json()["detail"], (name, response.json()["detail"])
+            assert word in response.json()["message"], (name, response.json()["message"])
     assert not EvaluationRun.objects.exists()
     unknown = api.post("/api/eval/runs/", {"benchmark": "nope"}, format="json")
-    assert unknown.status_code == 400 and benchmark.slug in unknown.json()["detail"]
+    assert unknown.status_code == 400 and benchmark.slug in unknown.json()["message"]
 
     # the benchmark's own values, sent or left out, are taken
     same = api.post(

@@ -200,7 +200,7 @@ def test_bad_group_bounds_or_click_model_are_a_400_naming_the_field_and_create_n
         body = {"dataset": "groupset", "clicker": "group", **config}
         response = api.post("/api/eval/runs/", body, format="json")
         assert response.status_code == 400, (name, response.content)
-        assert response.json()["error"] == "invalid_config" and words in response.json()["detail"], (
+        assert response.json()["code"] == "invalid_config" and words in response.json()["message"], (
             name,
             response.json(),
         )
@@ -209,7 +209,7 @@ def test_bad_group_bounds_or_click_model_are_a_400_naming_the_field_and_create_n
     )  # the baseline clicker has no groups
     assert (
         response.status_code == 400
-        and "group_bounds applies only to clicker='group'" in response.json()["detail"]
+        and "group_bounds applies only to clicker='group'" in response.json()["message"]
     )
     assert not EvaluationRun.objects.exists()
 

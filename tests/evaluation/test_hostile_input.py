@@ -51,15 +51,15 @@ def _run(**fields) -> str:
         ("/api/eval/runs/", _run().replace('"probe"', '"probe", "max_time_s": ' + HUGE_INT), "401 digits"),
         ("/api/eval/runs/", _run().replace('"probe"', '"probe", "threshold": NaN'), "NaN"),
         ("/api/eval/runs/", _run().replace('"probe"', '"probe", "max_time_s": 1e400'), "range of a float"),
-        ("/api/eval/runs/", "{nope", "JSON parse error"),
+        ("/api/eval/runs/", "{nope", "not valid JSON"),
         ("/api/eval/runs/00000000-0000-0000-0000-000000000000/next/", "[" * 15_000, "deep"),
         ("/api/eval/runs/00000000-0000-0000-0000-000000000000/submit/", "[" * 15_000, "deep"),
     ],
 )
 def test_hostile_bodies_are_400_invalid_json(post, dataset, url, raw, words):
     status, answer = post(url, raw)
-    assert status == 400 and answer["error"] == "invalid_json", answer
-    assert words in answer["detail"], answer
+    assert status == 400 and answer["code"] == "invalid_json", answer
+    assert words in answer["message"], answer
     assert not EvaluationRun.objects.exists()
 
 
@@ -67,7 +67,7 @@ def test_a_key_name_with_nul_is_400_for_a_logged_in_researcher(researcher):
     client = Client()
     client.force_login(researcher)
     response = client.post("/api/eval/keys/", data='{"name": "k\\u0000"}', content_type="application/json")
-    assert response.status_code == 400 and "U+0000" in response.json()["detail"], response.content
+    assert response.status_code == 400 and "U+0000" in response.json()["message"], response.content
     assert (
         client.post("/api/eval/keys/", data={"name": "k"}, content_type="application/json").status_code == 201
     )

@@ -187,3 +187,25 @@ def test_max_time_s_is_the_methods_time_remotely_as_locally_not_the_networks(
         )
     pd.testing.assert_frame_equal(local.drop(columns=VOLATILE), remote.drop(columns=VOLATILE))
     assert (remote["timing_s"] >= 0.2).all() and (remote["timing_s"] < 0.35).all()
+
+
+@pytest.mark.django_db
+def test_a_refusal_reaches_the_remote_client_as_a_readable_error_with_the_envelopes_code(
+    eval_dataset, eval_key, wsgi_transport
+):
+    """Issue 35: the server answers the error envelope; the remote session's RemoteError carries its status,
+    code, message and field, and says them in one line."""
+    from benchmark.remote import RemoteError
+    from benchmark.session import ClickSession
+
+    where = dict(host="http://testserver", transport=wsgi_transport)
+    with pytest.raises(RemoteError) as refused:
+        ClickSession(**where, key=eval_key, dataset="NoSuchDataset").__enter__()
+    error = refused.value
+    assert (error.status, error.code) == (400, "unknown_dataset")
+    assert "NoSuchDataset" in error.message and "GrabCut" in error.message
+    assert str(error).startswith("HTTP 400 unknown_dataset: ") and error.message in str(error)
+    with pytest.raises(RemoteError) as unknown_key:
+        ClickSession(**where, key="ek_not-a-key", dataset="GrabCut").__enter__()
+    assert (unknown_key.value.status, unknown_key.value.code) == (401, "authentication_failed")
+    assert "create a new one" in str(unknown_key.value)

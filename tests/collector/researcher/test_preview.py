@@ -117,7 +117,7 @@ def test_check_refuses_what_it_cannot_answer(client, alice, bob, rect_study, tmp
         ({"target_id": target.pk, "x": 1}, "y=None must be a finite number"),
     ):
         response = _check(client, rect_study, body)
-        assert response.status_code == 400 and text in response.json()["error"], body
+        assert response.status_code == 400 and text in response.json()["message"], body
     assert _check(client, rect_study, [1, 2]).status_code == 400
     other = make_study(make_rect_dataset(tmp_path, n_images=1, name="other"), owner=alice, batch_size=1,
                        min_valid_per_session=1, publish=True)  # fmt: skip

@@ -1,4 +1,4 @@
-"""annotation_ui.parsers' two scans, done by regular expressions, give what the per-character scans they
+"""config.json_bodies' two scans, done by regular expressions, give what the per-character scans they
 replaced gave: the same faulty characters (every code point) and the same nesting depth (any text)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from annotation_ui.parsers import nesting_depth, string_fault
+from config.json_bodies import nesting_depth, string_fault
 
 
 def _reference_fault(text: str, allow_whitespace: bool) -> str | None:
     for index, char in enumerate(text):
         category = unicodedata.category(char)
         if category == "Cs":
-            return f"holds a lone UTF-16 surrogate at character {index}"
+            return f"holds the lone UTF-16 surrogate U+{ord(char):04X} at character {index}"
         if category == "Cc" and not (allow_whitespace and char in "\t\n\r"):
             return f"holds the control character U+{ord(char):04X} at character {index}"
     return None
