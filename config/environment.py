@@ -265,6 +265,23 @@ VARIABLES: tuple[Variable, ...] = (
         "SECURE_HSTS_INCLUDE_SUBDOMAINS", "bool", True, "production: HSTS for subdomains too", "security"
     ),
     Variable("SECURE_HSTS_PRELOAD", "bool", True, "production: HSTS `preload`", "security"),
+    Variable(
+        "CLICKLAB_LOGIN_FAILURE_LIMIT",
+        "int",
+        10,
+        "wrong passwords for one account from one address before the researcher and admin logins lock that "
+        "pair out (django-axes); `manage.py axes_reset` lifts every lock",
+        "security",
+        minimum=1,
+    ),
+    Variable(
+        "CLICKLAB_LOGIN_COOLOFF_S",
+        "int",
+        900,
+        "how long such a lock-out lasts, seconds: the right password is refused until then",
+        "security",
+        minimum=1,
+    ),
     # --- annotators and segmenters --------------------------------------------------------------------
     Variable(
         "ANNOTATOR_TOKEN_MAX_AGE_S",

@@ -12,10 +12,12 @@ import os
 import secrets
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from config.environment import read
@@ -71,11 +73,16 @@ INSTALLED_APPS = [
     "evaluation",
     "exports",
     "drf_spectacular",  # the researcher API's OpenAPI schema
+    "axes",  # login throttling (AXES_* below)
+    "csp",  # the Content-Security-Policy header (CONTENT_SECURITY_POLICY below)
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Content-Security-Policy on every answer, the fast path's too (it answers from below); a framed
+    # platform's page gets its frame-ancestors through collector.platforms.framing
+    "csp.middleware.CSPMiddleware",
     # a request whose database connection broke (a PostgreSQL restart) runs once more when that is safe: a GET,
     # the annotator API's idempotent POSTs (config/unavailable.py). Wraps the fast path below
     "config.unavailable.DatabaseRetryMiddleware",
@@ -98,6 +105,8 @@ MIDDLEWARE = [
     # Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
     # only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
     "collector.platforms.framing.FramedPlatformMiddleware",
+    # login throttling: a locked-out login answered with researcher/locked_out.html (django-axes wants it last)
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -205,6 +214,20 @@ DATASET_ARCHIVE_MAX_BYTES = read("CLICKLAB_DATASET_ARCHIVE_MAX_BYTES")
 DATASET_ARCHIVE_MAX_MEMBERS = read("CLICKLAB_DATASET_ARCHIVE_MAX_MEMBERS")
 
 LOGIN_URL = "/admin/login/"
+# django-axes checks every password login (researcher area, admin) first: CLICKLAB_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair out for CLICKLAB_LOGIN_COOLOFF_S seconds, the
+# right password included; other addresses and other accounts are not affected. The address is REMOTE_ADDR
+# (behind a proxy: the proxy's, so the lock is then per account).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = read("CLICKLAB_LOGIN_FAILURE_LIMIT")
+AXES_COOLOFF_TIME = timedelta(seconds=read("CLICKLAB_LOGIN_COOLOFF_S"))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "researcher/locked_out.html"
+AXES_VERBOSE = False
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -232,7 +255,26 @@ CLICK_FAST_PATH = read("CLICK_FAST_PATH")
 # to this many seconds before the request gets its 503.
 DB_CONNECT_WAIT_S = read("CLICKLAB_DB_CONNECT_WAIT_S")
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# An annotator's address carries the session token: no other site sees it in a Referer (the annotator pages
+# also say no-referrer in a meta tag).
 SECURE_REFERRER_POLICY = "same-origin"
+# Scripts and styles from this site only, inline ones with the response's nonce (request.csp_nonce in the
+# template); style attributes (the researcher area's progress bars) are allowed, they cannot run code. Images
+# also from blob: (the player's decoded stimuli) and data: URLs. No page may be framed (X-Frame-Options DENY
+# too) except a framed platform's (collector.platforms.framing replaces frame-ancestors for those).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": [SELF, "data:", "blob:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+    }
+}
 if not DEBUG:
     SECURE_SSL_REDIRECT = read("SECURE_SSL_REDIRECT")
     SESSION_COOKIE_SECURE = True
