@@ -125,6 +125,30 @@ def test_the_player_and_the_researcher_pages_run_under_the_policy_in_chromium(
     researcher_log_in(page, live_server.url, "frank")
     page.goto(f"{live_server.url}/researcher/studies/{study.pk}/")
     page.wait_for_load_state("networkidle")
+    # what the inline handlers did, now static/researcher/page_actions.js: a link field selects its address,
+    # and the Close button asks first (dismissed: nothing happens; accepted: the study is closed)
+    field = page.locator("input.link-url").first
+    field.click()
+    assert page.evaluate("() => window.getSelection().toString() || document.activeElement.value.substring("
+                         "document.activeElement.selectionStart, document.activeElement.selectionEnd)") == (
+        field.input_value()
+    )  # fmt: skip
+    asked: list[str] = []
+
+    def answer(dialog, accept: bool):
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", lambda dialog: answer(dialog, False))
+    page.click("button[value=close]")
+    page.wait_for_timeout(500)
+    study.refresh_from_db()
+    assert asked == ["Close this study for good?"] and study.state != "closed"
+    page.once("dialog", lambda dialog: answer(dialog, True))
+    with page.expect_navigation():
+        page.click("button[value=close]")
+    study.refresh_from_db()
+    assert len(asked) == 2 and study.state == "closed"
     context.close()
     assert not violations, "\n".join(violations)
     assert errors == []
