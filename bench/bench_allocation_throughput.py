@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from config.celery import app as celery_app
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -202,7 +204,7 @@ def main() -> None:
         test_settings["NAME"] = f"bench_{connection.settings_dict['NAME']}"
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     print(
-        f"database: {connection.vendor} {connection.settings_dict['NAME']}; broker: {settings.CELERY['broker_url'].split('://')[0]}"
+        f"database: {connection.vendor} {connection.settings_dict['NAME']}; broker: {celery_app.conf['broker_url'].split('://')[0]}"
     )
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -19,12 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `config` importable whatever the cwd
 
-from config.log_format import logging_config  # noqa: E402  (after the path is set)
+from config.environment import read  # noqa: E402  (after the path is set)
+from config.log_format import logging_config  # noqa: E402
 from config.ports import port_in_use  # noqa: E402
 
-logconfig_dict = logging_config(
-    os.environ.get("LOG_FORMAT", "text").lower(), level=os.environ.get("LOG_LEVEL", "INFO"), gunicorn=True
-)
+logconfig_dict = logging_config(read("LOG_FORMAT"), level=read("LOG_LEVEL"), gunicorn=True)
 # the combined format with the request time (ms): the redaction filter rewrites the whole line
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(M)sms'
 

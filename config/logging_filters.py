@@ -44,6 +44,7 @@ def secret_values() -> list[str]:
         from django.conf import settings
 
         values = [getattr(settings, name, "") for name in SECRET_SETTING_NAMES]
+        values += list(getattr(settings, "SECRET_KEY_FALLBACKS", []))  # former keys are secrets too
     except Exception:  # settings not configured (a library used on its own): no secrets to know of
         return []
     return [v for v in values if isinstance(v, str) and len(v) >= 6]

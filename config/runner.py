@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+from config.environment import read
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = {
     "DATABASE_URL": "PostgreSQL URL, e.g. postgres://user:pass@127.0.0.1:5432/clicklab",
@@ -56,7 +58,7 @@ def commands(args) -> dict[str, list[str]]:
     py = sys.executable
     celery = [py, "-m", "celery", "-A", "config"]
     common = ["--without-mingle", "--without-gossip", "-l", args.log_level]
-    var_dir = Path(os.environ.get("CLICKLAB_VAR_DIR", PROJECT_ROOT / "var"))
+    var_dir = Path(read("CLICKLAB_VAR_DIR", PROJECT_ROOT / "var"))
     var_dir.mkdir(parents=True, exist_ok=True)  # beat keeps its schedule file there
     return {
         "web": [
@@ -144,21 +146,19 @@ def _signal_group(child: subprocess.Popen, sig: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make prod", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default=os.environ.get("HOST_BIND", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    parser.add_argument("--web-workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "3")))
-    parser.add_argument("--web-threads", type=int, default=int(os.environ.get("WEB_THREADS", "4")))
-    parser.add_argument(
-        "--default-concurrency", type=int, default=int(os.environ.get("WORKER_CONCURRENCY", "2"))
-    )
+    parser.add_argument("--host", default=read("HOST_BIND"))
+    parser.add_argument("--port", type=int, default=read("PORT"))
+    parser.add_argument("--web-workers", type=int, default=read("WEB_CONCURRENCY"))
+    parser.add_argument("--web-threads", type=int, default=read("WEB_THREADS"))
+    parser.add_argument("--default-concurrency", type=int, default=read("WORKER_CONCURRENCY"))
     parser.add_argument(
         "--grace", type=float, default=10.0, help="seconds children get to stop before SIGKILL"
     )
-    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", default=read("LOG_LEVEL"))
     parser.add_argument("--skip-setup", action="store_true", help="skip migrate and collectstatic")
     args = parser.parse_args(argv)
 
-    missing = [f"  {name}: {what}" for name, what in REQUIRED.items() if not os.environ.get(name)]
+    missing = [f"  {name}: {what}" for name, what in REQUIRED.items() if not read(name)]
     if missing:
         print("make prod needs these environment variables:\n" + "\n".join(missing), file=sys.stderr)
         return 2

@@ -8,78 +8,34 @@ Secrets are read from the environment only and never logged (see ``config.loggin
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
-from kombu import Queue
 
+from config.environment import read
 from config.log_format import logging_config
-from tasks import names as task_names
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"environment variable {name}={value!r}: use true or false.")
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def _env_number(name: str, default: float, kind: type, minimum: float | None):
-    """The environment variable ``name`` as a ``kind`` (int or float) >= ``minimum``, or ``default`` when it is
-    unset or empty; anything else stops the start with the variable, the value and what to write instead."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    what = "a whole number" if kind is int else "a number"
-    try:
-        number = kind(value)
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"environment variable {name}={value!r} is not {what}: set it to e.g. {default!r}, or unset it for "
-            f"the default ({default!r})."
-        ) from None
-    if not math.isfinite(number):
-        raise ImproperlyConfigured(f"environment variable {name}={value!r} must be a finite number.")
-    if minimum is not None and number < minimum:
-        raise ImproperlyConfigured(f"environment variable {name}={value!r} must be at least {minimum!r}.")
-    return number
-
-
-def env_int(name: str, default: int, *, minimum: int | None = 0) -> int:
-    return _env_number(name, default, int, minimum)
-
-
-def env_float(name: str, default: float, *, minimum: float | None = 0.0) -> float:
-    return _env_number(name, default, float, minimum)
-
-
-VAR_DIR = Path(os.environ.get("CLICKLAB_VAR_DIR", BASE_DIR / "var"))
-DATABASE_URL = os.environ.get("DATABASE_URL", "")
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+VAR_DIR = Path(read("CLICKLAB_VAR_DIR", BASE_DIR / "var"))
+DATABASE_URL = read("DATABASE_URL")
+CELERY_BROKER_URL = read("CELERY_BROKER_URL")
 EMBEDDED = not DATABASE_URL
 
-DEBUG = env_bool("DEBUG", default=EMBEDDED)
+DEBUG = read("DEBUG", EMBEDDED)
 
 
 def _secret_key() -> str:
-    key = os.environ.get("SECRET_KEY", "")
+    key = read("SECRET_KEY")
     if key:
         return key
     if not EMBEDDED and not DEBUG and "pytest" not in sys.modules:
@@ -98,8 +54,10 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG or EMBEDDED else "")
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+# Former keys: what they signed (annotator links, completion codes, sessions) still verifies; see README.
+SECRET_KEY_FALLBACKS = read("SECRET_KEY_FALLBACKS")
+ALLOWED_HOSTS = read("ALLOWED_HOSTS", ["127.0.0.1", "localhost"] if DEBUG or EMBEDDED else [])
+CSRF_TRUSTED_ORIGINS = read("CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -115,11 +73,16 @@ INSTALLED_APPS = [
     "evaluation",
     "exports",
     "drf_spectacular",  # the researcher API's OpenAPI schema
+    "axes",  # login throttling (AXES_* below)
+    "csp",  # the Content-Security-Policy header (CONTENT_SECURITY_POLICY below)
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Content-Security-Policy on every answer, the fast path's too (it answers from below); a framed
+    # platform's page gets its frame-ancestors through collector.platforms.framing
+    "csp.middleware.CSPMiddleware",
     # a request whose database connection broke (a PostgreSQL restart) runs once more when that is safe: a GET,
     # the annotator API's idempotent POSTs (config/unavailable.py). Wraps the fast path below
     "config.unavailable.DatabaseRetryMiddleware",
@@ -142,6 +105,8 @@ MIDDLEWARE = [
     # Framed platforms (MTurk): their entry, exit and player pages may be framed by MTURK_FRAME_ANCESTORS
     # only; every other page keeps X-Frame-Options DENY. Listed last so it sees the response first.
     "collector.platforms.framing.FramedPlatformMiddleware",
+    # login throttling: a locked-out login answered with researcher/locked_out.html (django-axes wants it last)
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -177,7 +142,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": Path(os.environ.get("CLICKLAB_SQLITE_PATH", VAR_DIR / "clicklab.sqlite3")),
+            "NAME": Path(read("CLICKLAB_SQLITE_PATH", VAR_DIR / "clicklab.sqlite3")),
             # IMMEDIATE transactions take the write lock at BEGIN, so concurrent writers queue instead of
             # failing with "database is locked" on lock upgrade; WAL lets readers run beside a writer.
             "OPTIONS": {
@@ -206,11 +171,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = Path(os.environ.get("CLICKLAB_STATIC_ROOT", VAR_DIR / "staticfiles"))
+STATIC_ROOT = Path(read("CLICKLAB_STATIC_ROOT", VAR_DIR / "staticfiles"))
 # Nothing serves MEDIA_ROOT directly (ground-truth masks live there): MEDIA_URL is the login-checked view of
 # collector/researcher/media.py; annotators get stimuli through their session's views (check clicklab.E001/2).
 MEDIA_URL = "/researcher/files/"
-MEDIA_ROOT = Path(os.environ.get("CLICKLAB_MEDIA_ROOT", VAR_DIR / "media"))
+MEDIA_ROOT = Path(read("CLICKLAB_MEDIA_ROOT", VAR_DIR / "media"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -231,24 +196,38 @@ FILE_UPLOAD_PERMISSIONS = 0o640
 
 
 def _import_root() -> Path | None:
-    text = os.environ.get("CLICKLAB_IMPORT_ROOT", "").strip()
-    if not text:
+    text = read("CLICKLAB_IMPORT_ROOT")
+    if text is None:
         return None
     root = Path(text).expanduser().resolve()
     if not root.is_dir():
         raise ImproperlyConfigured(
-            f"environment variable CLICKLAB_IMPORT_ROOT={text!r} is not a folder: point it at the folder whose "
+            f"environment variable CLICKLAB_IMPORT_ROOT={str(text)!r} is not a folder: point it at the folder whose "
             "dataset folders researchers may import, or unset it (archive uploads only)."
         )
     return root
 
 
 DATASET_IMPORT_ROOT = _import_root()
-DATASET_UPLOAD_MAX_BYTES = env_int("CLICKLAB_DATASET_UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1)
-DATASET_ARCHIVE_MAX_BYTES = env_int("CLICKLAB_DATASET_ARCHIVE_MAX_BYTES", 8 * 1024**3, minimum=1)
-DATASET_ARCHIVE_MAX_MEMBERS = env_int("CLICKLAB_DATASET_ARCHIVE_MAX_MEMBERS", 200_000, minimum=1)
+DATASET_UPLOAD_MAX_BYTES = read("CLICKLAB_DATASET_UPLOAD_MAX_BYTES")
+DATASET_ARCHIVE_MAX_BYTES = read("CLICKLAB_DATASET_ARCHIVE_MAX_BYTES")
+DATASET_ARCHIVE_MAX_MEMBERS = read("CLICKLAB_DATASET_ARCHIVE_MAX_MEMBERS")
 
 LOGIN_URL = "/admin/login/"
+# django-axes checks every password login (researcher area, admin) first: CLICKLAB_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair out for CLICKLAB_LOGIN_COOLOFF_S seconds, the
+# right password included; other addresses and other accounts are not affected. The address is REMOTE_ADDR
+# (behind a proxy: the proxy's, so the lock is then per account).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = read("CLICKLAB_LOGIN_FAILURE_LIMIT")
+AXES_COOLOFF_TIME = timedelta(seconds=read("CLICKLAB_LOGIN_COOLOFF_S"))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "researcher/locked_out.html"
+AXES_VERBOSE = False
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -272,20 +251,41 @@ CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 # annotation_ui.fast_click: stored clicks and recorded presentations answered before the other middleware and
 # DRF (off: every request takes the DRF view; the answers are the same)
-CLICK_FAST_PATH = env_bool("CLICK_FAST_PATH", True)
+CLICK_FAST_PATH = read("CLICK_FAST_PATH")
 # PostgreSQL (config.postgresql): a new connection refused for the moment (a restart) is tried again for up
 # to this many seconds before the request gets its 503.
-DB_CONNECT_WAIT_S = env_float("CLICKLAB_DB_CONNECT_WAIT_S", 5.0)
+DB_CONNECT_WAIT_S = read("CLICKLAB_DB_CONNECT_WAIT_S")
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# An annotator's address carries the session token: no other site sees it in a Referer (the annotator pages
+# also say no-referrer in a meta tag).
 SECURE_REFERRER_POLICY = "same-origin"
+# Scripts and styles from this site only, inline ones with the response's nonce (request.csp_nonce in the
+# template); style attributes (the researcher area's progress bars) are allowed, they cannot run code. Images
+# also from blob: (the player's decoded stimuli) and data: URLs. No page may be framed (X-Frame-Options DENY
+# too) except a framed platform's (collector.platforms.framing replaces frame-ancestors for those).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": [SELF, "data:", "blob:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+    }
+}
 if not DEBUG:
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_SSL_REDIRECT = read("SECURE_SSL_REDIRECT")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
-    if env_bool("BEHIND_TLS_PROXY", False):
+    SECURE_HSTS_SECONDS = read("SECURE_HSTS_SECONDS")
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = read("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+    SECURE_HSTS_PRELOAD = read("SECURE_HSTS_PRELOAD")
+    # Behind a proxy that terminates TLS every request arrives over http: the proxy's X-Forwarded-Proto then
+    # says whether the client used https, or SECURE_SSL_REDIRECT would send an https request to itself.
+    if read("BEHIND_TLS_PROXY"):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- Logs -----------------------------------------------------------------------------------------
@@ -294,10 +294,8 @@ if not DEBUG:
 # tokens from messages, arguments, fields, tracebacks and request paths. django, django.request and
 # django.server (runserver's access lines) write through it, as Celery workers (config/celery.py) and gunicorn
 # (`gunicorn -c config/gunicorn.py config.wsgi`: its access and error lines) do.
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").lower()
-if LOG_FORMAT not in {"json", "text"}:
-    raise ImproperlyConfigured(f"environment variable LOG_FORMAT={LOG_FORMAT!r}: use json or text.")
-LOGGING = logging_config(LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
+LOG_FORMAT = read("LOG_FORMAT")
+LOGGING = logging_config(LOG_FORMAT, level=read("LOG_LEVEL"))
 
 # --- Researcher area and researcher API ----------------------------------------------------------
 SPECTACULAR_SETTINGS = {
@@ -314,12 +312,26 @@ SPECTACULAR_SETTINGS = {
 # Where the researcher area sends people who are not logged in.
 RESEARCHER_LOGIN_URL = "/researcher/login/"
 
+# --- Evaluation server (evaluation.conf.limit) ----------------------------------------------------
+EVAL_RUN_TTL_S = read("CLICKLAB_EVAL_RUN_TTL_S")
+EVAL_MAX_ACTIVE_RUNS = read("CLICKLAB_EVAL_MAX_ACTIVE_RUNS")
+# a submission's request body; at most Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default)
+EVAL_MAX_UPLOAD_BYTES = read("CLICKLAB_EVAL_MAX_UPLOAD_BYTES")
+EVAL_INLINE_MAX_PIXELS = read("CLICKLAB_EVAL_INLINE_MAX_PIXELS")
+EVAL_RATE_LIMIT = read("CLICKLAB_EVAL_RATE_LIMIT")
+EVAL_KEY_CACHE_S = read("CLICKLAB_EVAL_KEY_CACHE_S")
+EVAL_MAX_CLICKS = read("CLICKLAB_EVAL_MAX_CLICKS")
+EVAL_MAX_GROUPS = read("CLICKLAB_EVAL_MAX_GROUPS")
+# In the request up to the same size as the other clickers: a queue hop per interaction made a remote group
+# run 5-8x slower than a local one with a fast method (bench/bench_eval_remote.py).
+EVAL_GROUP_INLINE_MAX_PIXELS = read("CLICKLAB_EVAL_GROUP_INLINE_MAX_PIXELS")
+
 # --- Annotator links and segmenters ----------------------------------------------------------------
 # Annotator links are signed with SECRET_KEY (salted); a token is scoped to one session.
-ANNOTATOR_TOKEN_MAX_AGE_S = env_int("ANNOTATOR_TOKEN_MAX_AGE_S", 7 * 24 * 3600)
+ANNOTATOR_TOKEN_MAX_AGE_S = read("ANNOTATOR_TOKEN_MAX_AGE_S")
 # Public base URL used in links handed to crowd platforms (no trailing slash).
-PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
-SEGMENTER_CHECKPOINT_DIR = Path(os.environ.get("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
+PUBLIC_BASE_URL = read("PUBLIC_BASE_URL").rstrip("/")
+SEGMENTER_CHECKPOINT_DIR = Path(read("CLICKLAB_CHECKPOINT_DIR", VAR_DIR / "checkpoints"))
 
 
 def _segmenter_checkpoints() -> dict:
@@ -328,8 +340,8 @@ def _segmenter_checkpoints() -> dict:
     ``CLICKLAB_SEGMENTER_CHECKPOINTS``: a JSON object or comma-separated ``predictor:variant[:label]=path``
     entries, paths absolute or relative to CLICKLAB_CHECKPOINT_DIR (format: segmenters/checkpoints.py).
     """
-    text = os.environ.get("CLICKLAB_SEGMENTER_CHECKPOINTS", "")
-    if not text.strip():
+    text = read("CLICKLAB_SEGMENTER_CHECKPOINTS")
+    if not text:
         return {}
     from segmenters.base import SegmenterError
     from segmenters.checkpoints import parse_checkpoint_table
@@ -343,49 +355,43 @@ def _segmenter_checkpoints() -> dict:
 SEGMENTER_CHECKPOINTS = _segmenter_checkpoints()
 # Segmenters of next-round builds for studies that choose none: "embedded", keys of SEGMENTER_CHECKPOINTS,
 # predictor names or predictor:variant (official file names in the checkpoint directory).
-NEXT_ROUND_SEGMENTERS = env_list("CLICKLAB_NEXT_ROUND_SEGMENTERS", "embedded")
+NEXT_ROUND_SEGMENTERS = read("CLICKLAB_NEXT_ROUND_SEGMENTERS")
 
 # --- Crowd platforms ---------------------------------------------------------------------------------
 # Credentials come from the environment only and are never logged (config.logging_filters).
-TOLOKA_TOKEN = os.environ.get("TOLOKA_TOKEN", "")
-TOLOKA_API_URL = os.environ.get("TOLOKA_API_URL", "https://toloka.dev").rstrip("/")
-AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
-AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
-MTURK_SANDBOX = env_bool("MTURK_SANDBOX", True)
-MTURK_ENDPOINT_URL = os.environ.get("MTURK_ENDPOINT_URL", "")
+TOLOKA_TOKEN = read("TOLOKA_TOKEN")
+TOLOKA_API_URL = read("TOLOKA_API_URL").rstrip("/")
+AWS_ACCESS_KEY_ID = read("AWS_ACCESS_KEY_ID")
+AWS_SECRET_ACCESS_KEY = read("AWS_SECRET_ACCESS_KEY")
+MTURK_SANDBOX = read("MTURK_SANDBOX")
+MTURK_ENDPOINT_URL = read("MTURK_ENDPOINT_URL")
 # Toloka client: retries (5xx, 408/429, timeouts) and timeouts of every API call; the entry page makes
 # one quick call (the worker waits) with its own timeout.
-TOLOKA_RETRIES = env_int("TOLOKA_RETRIES", 3)
-TOLOKA_TIMEOUT_S = env_float("TOLOKA_TIMEOUT_S", 10.0)
-TOLOKA_ENTRY_TIMEOUT_S = env_float("TOLOKA_ENTRY_TIMEOUT_S", 5.0)
+TOLOKA_RETRIES = read("TOLOKA_RETRIES")
+TOLOKA_TIMEOUT_S = read("TOLOKA_TIMEOUT_S")
+TOLOKA_ENTRY_TIMEOUT_S = read("TOLOKA_ENTRY_TIMEOUT_S")
 # Hosts allowed to frame the MTurk views (CSP frame-ancestors) and to receive the externalSubmit post.
-MTURK_FRAME_ANCESTORS = env_list(
-    "MTURK_FRAME_ANCESTORS", "https://www.mturk.com,https://workersandbox.mturk.com"
-)
-MTURK_SUBMIT_ORIGINS = env_list(
-    "MTURK_SUBMIT_ORIGINS", "https://www.mturk.com,https://workersandbox.mturk.com"
-)
-MTURK_REGION = os.environ.get("MTURK_REGION", "us-east-1")
-PROLIFIC_COMPLETE_URL = os.environ.get(
-    "PROLIFIC_COMPLETE_URL", "https://app.prolific.com/submissions/complete"
-).rstrip("/")
-PLATFORM_SYNC_INTERVAL_S = env_float("PLATFORM_SYNC_INTERVAL_S", 60.0)
+MTURK_FRAME_ANCESTORS = read("MTURK_FRAME_ANCESTORS")
+MTURK_SUBMIT_ORIGINS = read("MTURK_SUBMIT_ORIGINS")
+MTURK_REGION = read("MTURK_REGION")
+PROLIFIC_COMPLETE_URL = read("PROLIFIC_COMPLETE_URL").rstrip("/")
+PLATFORM_SYNC_INTERVAL_S = read("PLATFORM_SYNC_INTERVAL_S")
 
 # --- Sessions and validation ------------------------------------------------------------------------
 # Abandoned sessions give their targets back once past expires_at (study.session_timeout_s after start).
-EXPIRE_SESSIONS_EVERY_S = env_float("CLICKLAB_EXPIRE_SESSIONS_EVERY_S", 60.0)
+EXPIRE_SESSIONS_EVERY_S = read("CLICKLAB_EXPIRE_SESSIONS_EVERY_S")
 # Running batches not heard from for their study's reservation_grace_s give their unclicked images back
 # (collector.services.reservations); this often the beat looks for them.
-RELEASE_STALE_EVERY_S = env_float("CLICKLAB_RELEASE_STALE_EVERY_S", 30.0)
+RELEASE_STALE_EVERY_S = read("CLICKLAB_RELEASE_STALE_EVERY_S")
 # A player page not heard from for this long before it is loaded again was left: the trial it showed without
 # a click is shown afresh (not flagged replayed). Longer than the player's 20 s heartbeat interval.
-RETURN_AFTER_S = env_float("CLICKLAB_RETURN_AFTER_S", 30.0)
+RETURN_AFTER_S = read("CLICKLAB_RETURN_AFTER_S")
 # Safety nets for lost messages (a killed worker on a broker without acknowledgements; the file-system
 # transport drops a message whose worker was killed), each sending again what is still pending (a duplicate
 # is a no-op): validations of finished sessions, next-round builds of closed rounds, corrective mask updates.
-REQUEUE_VALIDATIONS_EVERY_S = env_float("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S", 300.0)
-REQUEUE_BUILDS_EVERY_S = env_float("CLICKLAB_REQUEUE_BUILDS_EVERY_S", 600.0)
-REQUEUE_CORRECTIVE_EVERY_S = env_float("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", 600.0)
+REQUEUE_VALIDATIONS_EVERY_S = read("CLICKLAB_REQUEUE_VALIDATIONS_EVERY_S")
+REQUEUE_BUILDS_EVERY_S = read("CLICKLAB_REQUEUE_BUILDS_EVERY_S")
+REQUEUE_CORRECTIVE_EVERY_S = read("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S")
 
 # --- Transactional outbox -------------------------------------------------------------------------
 # Tasks are written as rows in the transaction of the change (collector.models.TaskIntent) and published
@@ -393,108 +399,17 @@ REQUEUE_CORRECTIVE_EVERY_S = env_float("CLICKLAB_REQUEUE_CORRECTIVE_EVERY_S", 60
 # `manage.py outbox_relay`) at least every OUTBOX_RELAY_EVERY_S seconds: a finished session's validation
 # goes out within that interval after the broker is back. The relay leaves intents younger than
 # OUTBOX_RELAY_GRACE_S to the after-commit send.
-OUTBOX_RELAY_EVERY_S = env_float("CLICKLAB_OUTBOX_RELAY_EVERY_S", 60.0)
-OUTBOX_RELAY_GRACE_S = env_float("CLICKLAB_OUTBOX_RELAY_GRACE_S", 5.0)
-OUTBOX_RELAY_IN_WORKER = env_bool("CLICKLAB_OUTBOX_RELAY_IN_WORKER", True)
-OUTBOX_KEEP_SENT_S = env_float("CLICKLAB_OUTBOX_KEEP_SENT_S", 7 * 24 * 3600)
+OUTBOX_RELAY_EVERY_S = read("CLICKLAB_OUTBOX_RELAY_EVERY_S")
+OUTBOX_RELAY_GRACE_S = read("CLICKLAB_OUTBOX_RELAY_GRACE_S")
+OUTBOX_RELAY_IN_WORKER = read("CLICKLAB_OUTBOX_RELAY_IN_WORKER")
+OUTBOX_KEEP_SENT_S = read("CLICKLAB_OUTBOX_KEEP_SENT_S")
 
 # --- Celery ---------------------------------------------------------------------------------------
-BROKER_DIR = Path(os.environ.get("CLICKLAB_BROKER_DIR", VAR_DIR / "broker"))
+# The broker's options, queues, routes and the beat schedule are config/celery.py's (celery_options), made
+# from these and the intervals above.
+BROKER_DIR = Path(read("CLICKLAB_BROKER_DIR", VAR_DIR / "broker"))
 # Redis redelivers a message whose worker died (acks_late) once it has been unacknowledged this long; it must
 # exceed the longest task (and any countdown), or a running task is delivered twice.
-BROKER_VISIBILITY_TIMEOUT_S = env_int("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S", 3600)
-CELERY: dict[str, Any]  # Celery's settings, by its own (lower-case) names
-if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    CELERY = {
-        "broker_url": CELERY_BROKER_URL,
-        "broker_transport_options": {
-            "visibility_timeout": BROKER_VISIBILITY_TIMEOUT_S,
-            # kombu looks for such messages every interval x throttle seconds, 10 x 10 by default: a validation
-            # whose worker was SIGKILLed came back up to 100 s after its timeout (seen in bench_load_faults).
-            # One cheap sorted-set range read every 10 s (or half the timeout, when shorter) instead.
-            "unacked_restore_interval": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 2)),
-            "unacked_restore_throttle": 1,
-            # Each sweep holds a lock in Redis for milliseconds; a worker SIGKILLed inside a sweep, or a Redis
-            # stop between its lock and unlock, leaves the lock to expire: after 300 s by default, and no
-            # message was redelivered until then (a validation missed bench_load_faults' deadline). As long
-            # as one sweep interval instead; two sweeps that overlap restore a message once (a transaction).
-            "unacked_mutex_expire": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 2)),
-        },
-    }
-elif CELERY_BROKER_URL:
-    CELERY = {"broker_url": CELERY_BROKER_URL}
-else:
-    # kombu's file-system transport: messages are files under var/broker, so a real worker process runs
-    # with no broker server.
-    for sub in ("queue", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
-    CELERY = {
-        "broker_url": "filesystem://",
-        "broker_transport_options": {
-            "data_folder_in": str(BROKER_DIR / "queue"),
-            "data_folder_out": str(BROKER_DIR / "queue"),
-            "processed_folder": str(BROKER_DIR / "processed"),
-            "control_folder": str(BROKER_DIR / "control"),
-            "store_processed": False,
-            # kombu polls the folder (default once a second): 0.2 s keeps a click's validation, a stimulus
-            # render or a benchmark task from waiting a second for pickup, for a directory listing 5x/s.
-            "polling_interval": env_float("CLICKLAB_BROKER_POLL_S", 0.2),
-        },
-    }
-CELERY.update(
-    {
-        "task_default_queue": "default",
-        "task_queues": (Queue("default", routing_key="default"), Queue("models", routing_key="models")),
-        # Model work, and the beat jobs that send it again, on the `models` queue; everything else on `default`.
-        "task_routes": {
-            name: {"queue": "models"}
-            for name in (
-                task_names.SEGMENTATION_BUILD_NEXT_ROUND,
-                task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
-                task_names.BENCHMARK_EVALUATE_INSTANCE,
-                task_names.CORRECTIVE_UPDATE_ITEM,  # corrective campaigns' mask updates
-                task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
-            )
-        },
-        "task_acks_late": True,
-        "task_reject_on_worker_lost": True,
-        "worker_prefetch_multiplier": 1,
-        "task_ignore_result": True,
-        "task_serializer": "json",
-        "accept_content": ["json"],
-        "timezone": "UTC",
-        "broker_connection_retry_on_startup": True,
-        "task_always_eager": False,
-        # Periodic jobs (run by `celery beat`; `make prod` starts it), every interval a setting above.
-        "beat_schedule": {
-            "platforms-sync": {
-                "task": task_names.PLATFORMS_SYNC_OPEN_CAMPAIGNS,
-                "schedule": PLATFORM_SYNC_INTERVAL_S,
-            },
-            "expire-sessions": {
-                "task": task_names.SESSIONS_EXPIRE_SESSIONS,
-                "schedule": EXPIRE_SESSIONS_EVERY_S,
-            },
-            "release-stale-sessions": {
-                "task": task_names.SESSIONS_RELEASE_STALE,
-                "schedule": RELEASE_STALE_EVERY_S,
-            },
-            "requeue-pending-validations": {
-                "task": task_names.VALIDATION_REQUEUE_PENDING_VALIDATIONS,
-                "schedule": REQUEUE_VALIDATIONS_EVERY_S,
-            },
-            "requeue-pending-builds": {
-                "task": task_names.SEGMENTATION_REQUEUE_PENDING_BUILDS,
-                "schedule": REQUEUE_BUILDS_EVERY_S,
-            },
-            "requeue-pending-corrective-updates": {
-                "task": task_names.CORRECTIVE_REQUEUE_PENDING_UPDATES,
-                "schedule": REQUEUE_CORRECTIVE_EVERY_S,
-            },
-            "outbox-relay": {
-                "task": task_names.OUTBOX_RELAY_TASK_INTENTS,
-                "schedule": OUTBOX_RELAY_EVERY_S,
-            },
-        },
-    }
-)
+BROKER_VISIBILITY_TIMEOUT_S = read("CLICKLAB_BROKER_VISIBILITY_TIMEOUT_S")
+# the file-system broker (embedded): how often a worker lists the queue folder
+BROKER_POLL_S = read("CLICKLAB_BROKER_POLL_S")

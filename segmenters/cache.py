@@ -9,9 +9,9 @@ evicted. An embedding larger than the whole budget is returned but not kept.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
+import cachetools
 import numpy as np
 
 from segmenters.base import Embedding, Predictor, SegmenterError
@@ -27,6 +27,19 @@ class CacheStats:
     evictions: int = 0
 
 
+class _CountingLRU(cachetools.LRUCache):
+    """cachetools' LRU cache charged by ``Embedding.nbytes``, counting what it evicts into ``stats``."""
+
+    def __init__(self, max_bytes: int, stats: CacheStats) -> None:
+        super().__init__(maxsize=max_bytes, getsizeof=lambda embedding: int(embedding.nbytes))
+        self._stats = stats
+
+    def popitem(self):
+        item = super().popitem()
+        self._stats.evictions += 1
+        return item
+
+
 class EmbeddingCache:
     """LRU cache of :class:`Embedding` bounded by ``max_bytes`` (thread-safe)."""
 
@@ -36,9 +49,8 @@ class EmbeddingCache:
             raise SegmenterError(f"EmbeddingCache max_bytes={max_bytes} must be >= 0 (bytes)")
         self.max_bytes = int(max_bytes)
         self.stats = CacheStats()
-        self._entries: OrderedDict[CacheKey, Embedding] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._entries = _CountingLRU(self.max_bytes, self.stats)
+        self._lock = threading.Lock()  # cachetools' caches are not thread-safe
 
     @staticmethod
     def key(predictor: Predictor, image_sha256: str) -> CacheKey:
@@ -47,7 +59,7 @@ class EmbeddingCache:
     @property
     def nbytes(self) -> int:
         """Bytes currently charged (sum of ``Embedding.nbytes`` of the kept entries)."""
-        return self._bytes
+        return int(self._entries.currsize)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,9 +78,8 @@ class EmbeddingCache:
         digest = image_sha256 if image_sha256 is not None else compute_image_sha256(image)
         key = self.key(predictor, digest)
         with self._lock:
-            embedding = self._entries.get(key)
+            embedding = self._entries.get(key)  # a hit becomes the most recently used
             if embedding is not None:
-                self._entries.move_to_end(key)
                 self.stats.hits += 1
                 return embedding
             self.stats.misses += 1
@@ -87,19 +98,11 @@ class EmbeddingCache:
         if size < 0:
             raise SegmenterError(f"embedding for {key} reports nbytes={size}; it must be >= 0")
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= int(old.nbytes)
+            self._entries.pop(key, None)
             if size > self.max_bytes:
                 return
-            while self._entries and self._bytes + size > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= int(evicted.nbytes)
-                self.stats.evictions += 1
-            self._entries[key] = embedding
-            self._bytes += size
+            self._entries[key] = embedding  # evicts least recently used entries until it fits
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+        with self._lock:  # a new cache: emptying this one would count every entry as an eviction
+            self._entries = _CountingLRU(self.max_bytes, self.stats)

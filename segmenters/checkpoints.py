@@ -50,7 +50,7 @@ def checkpoint_dir(explicit: str | os.PathLike | None = None) -> Path:
     """The checkpoint directory: ``explicit``, else ``$CLICKLAB_CHECKPOINT_DIR``, else var/checkpoints/."""
     if explicit is not None:
         return Path(explicit).expanduser()
-    from_env = os.environ.get(CHECKPOINT_DIR_ENV)
+    from_env = os.environ.get("CLICKLAB_CHECKPOINT_DIR")  # declared in config/environment.py
     return Path(from_env).expanduser() if from_env else DEFAULT_CHECKPOINT_DIR
 
 

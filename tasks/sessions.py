@@ -1,4 +1,4 @@
-"""Periodic session housekeeping (run by Celery beat, see ``CELERY["beat_schedule"]``)."""
+"""Periodic session housekeeping (run by Celery beat, see ``beat_schedule`` in config/celery.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ Every page keeps ``X-Frame-Options: DENY`` (Django's clickjacking middleware) ex
 - the player page ``/a/<session token>/`` and the platform exit page of a session whose study runs on a
   framed platform.
 
-Those get ``Content-Security-Policy: frame-ancestors 'self' <settings.MTURK_FRAME_ANCESTORS>`` instead.
+Those get ``frame-ancestors 'self' <settings.MTURK_FRAME_ANCESTORS>`` in the site's Content-Security-Policy
+(config/settings.py CONTENT_SECURITY_POLICY, written by django-csp) instead of ``'none'``.
 Nothing in those pages may depend on cookies (Safari drops third-party cookies in frames): the session
 token travels in the URL and in request bodies.
 """
@@ -20,21 +21,15 @@ from django.conf import settings
 _SESSION_PAGE = re.compile(r"^/(?:a|platform-exit)/(?P<token>[^/]+)/$")
 
 
-def frame_ancestors_directive() -> str:
-    return "frame-ancestors 'self' " + " ".join(settings.MTURK_FRAME_ANCESTORS)
-
-
 def allow_platform_framing(response):
     """Let the framed platforms' hosts (and only them) frame ``response``."""
     response.xframe_options_exempt = True
     if response.has_header("X-Frame-Options"):
         del response["X-Frame-Options"]
-    directive = frame_ancestors_directive()
-    existing = response.get("Content-Security-Policy", "")
-    parts = [
-        p.strip() for p in existing.split(";") if p.strip() and not p.strip().startswith("frame-ancestors")
-    ]
-    response["Content-Security-Policy"] = "; ".join([*parts, directive])
+    # django-csp (the outer CSPMiddleware) writes the site's policy with this directive replaced
+    replace = dict(getattr(response, "_csp_replace", None) or {})
+    replace["frame-ancestors"] = ["'self'", *settings.MTURK_FRAME_ANCESTORS]
+    response._csp_replace = replace
     return response
 
 

@@ -29,11 +29,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 from threading import Lock
 
+import cachetools
 import numpy as np
 from django.core.files.storage import default_storage
 from django.db import connection, transaction
@@ -158,28 +158,24 @@ def batch_rule_problems(*, rule: str, valid: int, inside: int, trials: int, requ
 
 
 class _MaskCache:
-    """Decoded masks by storage name, most recently used kept. Mask files are written once (import, round
-    build) and never rewritten under the same name. Memory: one bool byte per pixel per entry."""
+    """Decoded masks by storage name, most recently used kept (cachetools' LRU cache charged by pixels). Mask
+    files are written once (import, round build) and never rewritten under the same name. Memory: one bool
+    byte per pixel per entry; a mask larger than the whole budget is returned but not kept."""
 
     def __init__(self, max_pixels: int = 64 * 1024 * 1024):
         self.max_pixels = max_pixels
-        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._pixels = 0
-        self._lock = Lock()
+        self._items: cachetools.LRUCache = cachetools.LRUCache(maxsize=max_pixels, getsizeof=lambda m: m.size)
+        self._lock = Lock()  # cachetools' caches are not thread-safe
 
     def get(self, name: str) -> np.ndarray:
         with self._lock:
-            if name in self._items:
-                self._items.move_to_end(name)
-                return self._items[name]
+            cached = self._items.get(name)  # a hit becomes the most recently used
+        if cached is not None:
+            return cached
         mask = _read_mask(name)
-        with self._lock:
-            if name not in self._items:
-                self._items[name] = mask
-                self._pixels += mask.size
-                while self._pixels > self.max_pixels and len(self._items) > 1:
-                    _, dropped = self._items.popitem(last=False)
-                    self._pixels -= dropped.size
+        if mask.size <= self.max_pixels:
+            with self._lock:
+                self._items.setdefault(name, mask)
         return mask
 
 

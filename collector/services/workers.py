@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-
-from django.conf import settings
+from django.core import signing
 from django.db import IntegrityError, transaction
 
 from collector.models import Worker
 
+_PSEUDONYM_SALT = "clicklab.worker.pseudonym.v2"
+
 
 def worker_pseudonym(*, platform: str, external_id: str) -> str:
-    """Stable, unguessable pseudonym: HMAC-SHA256(SECRET_KEY, platform:id), 24 hex characters."""
-    key = hashlib.sha256(("clicklab.worker.pseudonym:" + settings.SECRET_KEY).encode()).digest()
-    digest = hmac.new(key, f"{platform}:{external_id}".encode(), hashlib.sha256).hexdigest()
-    return "w" + digest[:23]
+    """An unguessable pseudonym for a worker seen for the first time: ``w`` + 23 hex characters of Django's
+    signature (HMAC-SHA256, SECRET_KEY, a purpose salt) of ``platform:id``.
+
+    Computed once, when the Worker row is created, and stored: a worker seen again is found by platform id
+    and keeps the stored pseudonym, so neither a key rotation nor a change of this derivation (issue 35
+    replaced an HMAC keyed with a hash of SECRET_KEY) gives a worker of a running study a second pseudonym.
+    Nothing is verified against it, so it needs no fallback keys."""
+    signature = signing.Signer(salt=_PSEUDONYM_SALT).signature(f"{platform}:{external_id}")
+    return "w" + signing.b64_decode(signature.encode()).hex()[:23]
 
 
 def worker_create(*, platform: str, external_id: str) -> Worker:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pycocotools import mask as coco_mask
 
 from benchmark.maskcodec import (
     MaskFormatError,
@@ -54,3 +57,43 @@ def test_bad_png_is_refused_with_a_reason():
         decode_png(b"\x89PNG\r\n\x1a\n garbage", shape=(2, 2))
     with pytest.raises(MaskFormatError, match="is 3x2 .* must be 2x2"):
         decode_png(encode_png(np.zeros((2, 3), bool)), shape=(2, 2))
+
+
+# --- byte-identical to pycocotools (the reason to keep our codec is in benchmark/maskcodec.py's docstring) ---
+
+
+@st.composite
+def _masks(draw):
+    height = draw(st.integers(1, 40))
+    width = draw(st.integers(1, 40))
+    kind = draw(st.sampled_from(["noise", "blob", "full", "empty"]))
+    if kind == "full":
+        return np.ones((height, width), bool)
+    if kind == "empty":
+        return np.zeros((height, width), bool)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "noise":
+        return rng.random((height, width)) < draw(st.floats(0.0, 1.0))
+    top, left = rng.integers(0, height), rng.integers(0, width)  # one rectangle: long runs
+    mask = np.zeros((height, width), bool)
+    mask[top : rng.integers(top, height) + 1, left : rng.integers(left, width) + 1] = True
+    return mask
+
+
+@settings(max_examples=300, deadline=None)
+@given(_masks())
+def test_our_rle_is_byte_identical_to_pycocotools_both_ways(mask):
+    coco = coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))
+    ours = encode_rle(mask)
+    assert ours["size"] == [int(v) for v in coco["size"]]
+    assert ours["counts"].encode() == coco["counts"]  # the compressed string, byte for byte
+    # pycocotools' own string decodes to the mask with ours, and ours with pycocotools'
+    assert np.array_equal(
+        decode_rle({"size": ours["size"], "counts": coco["counts"].decode()}, shape=mask.shape), mask
+    )
+    assert np.array_equal(
+        coco_mask.decode({"size": coco["size"], "counts": ours["counts"].encode()}).astype(bool), mask
+    )
+    # the run lengths (the uncompressed form) are pycocotools' too
+    from_counts = coco_mask.frPyObjects({"size": ours["size"], "counts": rle_counts(mask)}, *mask.shape)
+    assert from_counts["counts"] == coco["counts"]

@@ -311,3 +311,36 @@ def test_a_simulated_annotators_counted_batch_adds_nothing_to_a_quota(tmp_path):
     assert session.validity == "counted"
     targets = Target.objects.filter(round__study=study)
     assert sum(t.valid_pc for t in targets) == 0 and sum(t.inflight_pc for t in targets) == 0
+
+
+def test_the_mask_cache_keeps_the_most_recently_used_masks_within_its_pixel_budget(tmp_path, settings):
+    import io
+
+    from django.core.files.base import ContentFile
+    from django.core.files.storage import default_storage
+    from PIL import Image as PILImage
+
+    from collector.services.validation import _MaskCache
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+    def save(name: str, size: tuple[int, int]) -> str:
+        buffer = io.BytesIO()
+        PILImage.new("L", size, 255).save(buffer, format="PNG")
+        return default_storage.save(name, ContentFile(buffer.getvalue()))
+
+    a, b, c = save("a.png", (10, 10)), save("b.png", (10, 10)), save("c.png", (10, 10))
+    huge = save("huge.png", (30, 30))
+    cache = _MaskCache(max_pixels=250)  # two 100-pixel masks fit, not three
+    first = cache.get(a)
+    assert (
+        first.shape == (10, 10) and first.all() and cache.get(a) is first
+    )  # the second read is the cached one
+    cache.get(b)
+    cache.get(a)  # a is now the most recently used
+    cache.get(c)  # evicts b, the least recently used
+    assert cache.get(a) is first
+    assert set(cache._items) == {a, c}
+    assert cache.get(huge).shape == (30, 30) and huge not in cache._items  # beyond the budget: read, not kept
+    default_storage.delete(c)
+    assert cache.get(c).all()  # still served from memory

@@ -38,6 +38,7 @@ USED_WITHOUT_IMPORT = {
     "redis": "kombu's Redis transport, chosen by CELERY_BROKER_URL",
     "whitenoise": "named as a string in settings.MIDDLEWARE and STORAGES",
     "gunicorn": "the production web server (README, config/gunicorn.py)",
+    "django-axes": "login throttling, named as strings in settings (INSTALLED_APPS, AUTHENTICATION_BACKENDS, MIDDLEWARE)",
     "segment-anything": "loaded by path in segmenters/sam.py (import_isolated_subpackage)",
     "setuptools": "pkg_resources, which toloka-kit 1.2.3 imports",
     "httpx": "toloka-kit's client (pinned: toloka-kit imports only with these versions)",

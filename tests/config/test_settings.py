@@ -52,7 +52,7 @@ def test_embedded_default_uses_sqlite_and_filesystem_broker(tmp_path):
     code = (
         "import django, json; django.setup(); from django.conf import settings as s; "
         "print(json.dumps([s.DATABASES['default']['ENGINE'], str(s.DATABASES['default']['NAME']), "
-        "s.CELERY['broker_url'], s.DEBUG]))"
+        "__import__('config.celery').celery.app.conf.broker_url, s.DEBUG]))"
     )
     result = _run(["-c", code], {"DJANGO_SETTINGS_MODULE": "config.settings", "CLICKLAB_VAR_DIR": str(tmp_path)},
                   drop=("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY"))  # fmt: skip

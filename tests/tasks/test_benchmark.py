@@ -14,6 +14,7 @@ from benchmark.engine import (
     instance_file_name,
     sample_to_dict,
 )
+from config.celery import app as celery_app
 from tasks.benchmark import benchmark_evaluate_instance
 
 
@@ -83,8 +84,8 @@ def test_run_celery_fans_out_to_a_real_worker_and_matches_the_local_run(tmp_path
         spec=spec(tmp_path / "celery"),
         samples=samples,
         real_clicks={},
-        broker_url=settings.CELERY["broker_url"],
-        broker_transport_options=settings.CELERY.get("broker_transport_options"),
+        broker_url=celery_app.conf["broker_url"],
+        broker_transport_options=celery_app.conf.get("broker_transport_options"),
         timeout_seconds=180,
         poll_seconds=0.2,
     )

@@ -5,7 +5,6 @@ an update that cannot run is retried, then the item is marked failed with the re
 from __future__ import annotations
 
 import pytest
-from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import transaction
 
@@ -17,6 +16,7 @@ from collector.services.corrective import (
     corrective_update_apply,
 )
 from collector.services.sessions import session_start
+from config.celery import app as celery_app
 from tasks.corrective import MAX_RETRIES, requeue_pending_updates
 from tests.factories import make_dataset, make_study, make_worker
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
@@ -89,7 +89,7 @@ def test_a_killed_worker_leaves_the_previous_masks_and_a_failing_update_is_retri
     assert not CorrectiveMask.objects.filter(item_id__in=previous, round=1).exists()
 
     worker.start()
-    if not settings.CELERY["broker_url"].startswith("redis"):
+    if not celery_app.conf["broker_url"].startswith("redis"):
         # The file-system transport dropped the message the killed worker held: the beat task's safety net
         # sends every waiting update again (duplicates of messages still queued are no-ops).
         assert requeue_pending_updates() == 4

@@ -9,9 +9,9 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 import pytest
-from django.conf import settings
 
 from benchmark.engine import CELERY_TASK_NAME
+from config.celery import app as celery_app
 from tasks import names
 
 NAMES = {constant: value for constant, value in vars(names).items() if constant.isupper()}
@@ -48,11 +48,11 @@ def test_names_are_one_per_task():
 
 
 def test_every_beat_entry_and_route_names_a_registered_task(registered):
-    beat = settings.CELERY["beat_schedule"]
+    beat = celery_app.conf["beat_schedule"]
     assert beat
     unknown = {entry: spec["task"] for entry, spec in beat.items() if spec["task"] not in registered}
     assert not unknown, f"beat entries name unregistered tasks: {unknown}"
-    routes = settings.CELERY["task_routes"]
+    routes = celery_app.conf["task_routes"]
     assert routes
     # a route may be a glob ("tasks.x.*"); it must then match at least one task
     unmatched = [route for route in routes if not any(fnmatchcase(name, route) for name in registered)]

@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import pytest
-from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import transaction
 from PIL import Image as PILImage
@@ -19,6 +18,7 @@ from collector.models import Round, Target
 from collector.services.datasets import dataset_import
 from collector.services.next_round import MAX_PREVIOUS_IOU
 from collector.services.rounds import round_close_if_full
+from config.celery import app as celery_app
 from tasks import names as task_names
 from tasks.segmentation import requeue_pending_builds
 from tests.factories import make_clicked_session, make_rect_dataset, make_study
@@ -118,7 +118,7 @@ def test_closing_round_1_builds_round_2_and_a_crash_mid_build_leaves_no_partial_
     assert not Target.objects.filter(round__study=study, round__number=2).exists()
 
     worker.start()
-    if settings.CELERY["broker_url"].startswith("redis"):
+    if celery_app.conf["broker_url"].startswith("redis"):
         # acks_late + reject_on_worker_lost: the killed build's message was never acknowledged, so Redis
         # delivers it again once its visibility timeout (3 s here) has passed.
         wait_until(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from collector.models import Session, Target
 from collector.services.sessions import session_start
 from config.celery import app
+from config.celery import app as celery_app
 from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 
 def test_beat_schedule_runs_expiry():
-    entry = settings.CELERY["beat_schedule"]["expire-sessions"]
+    entry = celery_app.conf["beat_schedule"]["expire-sessions"]
     assert entry["task"] == task_names.SESSIONS_EXPIRE_SESSIONS and entry["schedule"] > 0
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from collector.models import Click, Round, Session, Target
 from collector.services.validation import validations_requeue
+from config.celery import app as celery_app
 from tests.factories import make_rect_dataset, make_study, make_validated_batch
 from tests.support.celery_worker import CeleryWorkerProcess, purge_queues, wait_until
 from tests.support.db_locks import RowLock, waiting_on_a_lock
@@ -122,9 +123,8 @@ def test_redis_redelivers_a_killed_workers_validation_within_seconds_of_its_visi
     """No safety net here: the message the SIGKILLed worker held comes back from Redis by itself, a few
     seconds after its visibility timeout (kombu's default sweep, every 10 x 10 s, took up to 100 s more), even
     when the kill left a sweep's lock behind."""
-    from django.conf import settings
 
-    if not settings.CELERY["broker_url"].startswith("redis"):
+    if not celery_app.conf["broker_url"].startswith("redis"):
         pytest.fail(
             "this test is about Redis's redelivery: run it with CELERY_BROKER_URL=redis://127.0.0.1:6379/<db> "
             "(make test-services does)"
@@ -148,8 +148,8 @@ def test_redis_redelivers_a_killed_workers_validation_within_seconds_of_its_visi
     # until it expires (kombu's default: 300 s, during which nothing is redelivered).
     import redis
 
-    options = settings.CELERY["broker_transport_options"]
-    redis.Redis.from_url(settings.CELERY["broker_url"]).set(
+    options = celery_app.conf["broker_transport_options"]
+    redis.Redis.from_url(celery_app.conf["broker_url"]).set(
         options.get("unacked_mutex_key", "unacked_mutex"),
         "the killed worker's sweep",
         ex=options.get("unacked_mutex_expire", 300),

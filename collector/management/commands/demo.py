@@ -34,6 +34,7 @@ from collector.services.datasets import dataset_import
 from collector.services.studies import study_create, study_publish
 from collector.services.tokens import study_link_token_make
 from config import ports
+from config.environment import read
 
 DEMO_STUDY_NAME = "Demo study (Object CutOut)"
 DEMO_USER = "researcher"
@@ -88,7 +89,7 @@ class Command(BaseCommand):
                 f"running). Stop that program, or choose another port: make demo PORT={port + 1}"
             )
         public_host = lan_address() if host in ALL_INTERFACES else host
-        base = os.environ.get("PUBLIC_BASE_URL", "").rstrip("/") or f"http://{public_host}:{port}"
+        base = read("PUBLIC_BASE_URL", "").rstrip("/") or f"http://{public_host}:{port}"
         if host in ALL_INTERFACES:
             self.stderr.write(
                 self.style.WARNING(
@@ -154,7 +155,7 @@ class Command(BaseCommand):
         user = User.objects.filter(username=DEMO_USER).first()
         if user is not None and path.exists():
             return path.read_text().strip()
-        password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(9)
+        password = read("DEMO_PASSWORD") or secrets.token_urlsafe(9)
         if user is None:
             user = User.objects.create_user(DEMO_USER, password=password)
         else:

@@ -96,10 +96,12 @@ def test_create_form_previews_the_trial_and_estimates_the_budget(page, live_serv
     page.fill("input[name=batch_size]", "3")
     page.fill("input[name=min_valid_per_session]", "2")
     page.dispatch_event("input[name=batch_size]", "change")
-    page.wait_for_function("document.getElementById('est-total').textContent === '3.50 USD'")
+    page.wait_for_function("() => document.getElementById('est-total').textContent === '3.50 USD'")
     # 3 targets × 25 / (3 × 0.9) = 27.8 → 28 sessions, ⌈28 / 0.8⌉ = 35 paid batches per device; 70 × 0.05
     assert "0.9 valid clicks" in page.inner_text("#est-source")
-    page.wait_for_function("document.querySelector('#preview-stage').dataset.phase === 'B'", timeout=5000)
+    page.wait_for_function(
+        "() => document.querySelector('#preview-stage').dataset.phase === 'B'", timeout=5000
+    )
     assert "Silhouette_Mask" in page.get_attribute("#preview-image", "src")
     _shot(page, "create-form")
     page.fill("input[name=name]", "Made in Chromium")
@@ -172,7 +174,7 @@ def test_the_forms_highlighted_instance_has_the_players_green_outline(page, live
     page.goto(f"{live_server.url}/researcher/studies/new/")
     page.select_option("select[name=display_mode]", "Highlighted_Instance")
     page.wait_for_function(
-        "document.querySelector('#preview-stage').dataset.phase === 'B' && document.getElementById('preview-image').complete",
+        "() => document.querySelector('#preview-stage').dataset.phase === 'B' && document.getElementById('preview-image').complete",
         timeout=10_000,
     )
     green = page.evaluate(

@@ -129,7 +129,7 @@ def test_the_import_page_follows_a_running_import_until_its_result(page, live_se
     _shot(page, "import-progress")
     DatasetImport.objects.filter(pk=job.pk).update(stage="checking img07.jpg", done=7)
     page.wait_for_function(
-        "document.querySelector('#import-stage').textContent.includes('7 / 10')", timeout=10_000
+        "() => document.querySelector('#import-stage').textContent.includes('7 / 10')", timeout=10_000
     )
     dataset = Dataset.objects.create(name="Pears", layout="folder", source_path="x")
     DatasetImport.objects.filter(pk=job.pk).update(

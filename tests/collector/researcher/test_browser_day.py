@@ -125,7 +125,7 @@ def test_a_researchers_day_from_the_browser(chromium, live_server, celery_worker
 
     # 5. Watch: the page refreshes itself once the worker has validated the batch (no reload).
     page.wait_for_function(
-        "document.querySelector('#quota-progress tr.device-mobile').innerText.includes('3 / 6')",
+        "() => document.querySelector('#quota-progress tr.device-mobile').innerText.includes('3 / 6')",
         timeout=90_000,
     )
     assert re.search(
@@ -190,7 +190,7 @@ def test_live_progress_brings_the_charts_along(chromium, live_server, alice, ali
     for _ in range(2):  # while the page is open: two batches on a phone, much faster clicks
         make_validated_batch(alice_study, device="mobile", reaction_ms=90.0)
     page.wait_for_function(
-        "document.querySelector('#quota-progress tr.device-mobile').innerText.includes('6 / 75')",
+        "() => document.querySelector('#quota-progress tr.device-mobile').innerText.includes('6 / 75')",
         timeout=20_000,
     )
     page.wait_for_function(
