@@ -106,7 +106,8 @@ def _heard_at(session: Session) -> datetime:
 
 def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200) -> int:
     """Release every running session not heard from for its study's ``reservation_grace_s`` that still holds
-    slots of unclicked trials; returns how many sessions were released. Each candidate is locked (SKIP
+    slots of unclicked trials, and expire those released at least one more grace period ago and still not heard
+    from (``_expire_abandoned``); returns how many sessions were released or expired. Each candidate is locked (SKIP
     LOCKED: a session busy finishing or being validated is left to that path) and re-checked under the lock,
     so a heartbeat that arrived meanwhile keeps the batch. The beat task ``tasks.sessions.release_stale``
     runs it every ``RELEASE_STALE_EVERY_S``."""
@@ -152,7 +153,49 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
                     "session released",
                     extra={"session_id": session_id, "study_id": study_id, "by": "grace", "trials": count},
                 )
+        released += _expire_abandoned(study_id=study_id, cutoff=cutoff, now=now)
     return released
+
+
+def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
+    """Expire the study's running sessions released at least a grace period ago and not heard from since
+    (``cutoff``: now minus the grace period): their workers left for good, so the slots their clicked trials
+    still hold come back too (``collector.services.monitor.session_expire_now``, ``ended_by`` "grace") instead
+    of waiting for the session timeout. Their clicks stay stored (an expired batch is not counted). A worker who
+    comes back later gets a new batch. Returns how many expired."""
+    from collector.services.monitor import (  # monitor imports allocation only
+        MonitorRefused,
+        session_expire_now,
+    )
+
+    expired = 0
+    candidates = list(
+        Session.objects.filter(
+            study_id=study_id,
+            status=Session.Status.STARTED,
+            is_qualification=False,
+            released_at__lte=cutoff,
+        )
+        .exclude(last_seen_at__gt=cutoff)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:2000]
+    )
+    for session_id in candidates:
+        with transaction.atomic():
+            session = (
+                Session.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=session_id).first()
+            )
+            if session is None or session.status != Session.Status.STARTED or session.released_at is None:
+                continue
+            if session.released_at > cutoff or _heard_at(session) > cutoff:
+                continue
+            try:
+                session_expire_now(session_id=session_id, by="grace", now=now)
+            except MonitorRefused:
+                continue
+        expired += 1
+        logger.info("abandoned session expired", extra={"session_id": session_id, "study_id": study_id})
+    return expired
 
 
 def session_reclaim(*, session_id: int, now: datetime | None = None) -> dict | None:

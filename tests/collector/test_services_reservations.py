@@ -98,8 +98,28 @@ def test_a_session_not_heard_from_for_the_grace_period_gives_its_unclicked_trial
     assert set(
         Trial.objects.filter(session=session, holds_slot=False).values_list("position", flat=True)
     ) == {1, 2, 3}
-    assert sessions_release_stale(now=released_at + timedelta(hours=1)) == 0  # nothing held: nothing again
+    assert sessions_release_stale(now=released_at + timedelta(seconds=60)) == 0  # nothing unclicked held
     assert _counters(study) == counters
+    # a whole grace period more without a sign of life: the worker left for good; the batch expires and the
+    # clicked trial's slot comes back too (its click stays stored)
+    assert sessions_release_stale(now=released_at + timedelta(seconds=121)) == 1
+    session.refresh_from_db()
+    assert (session.status, session.ended_by) == (Session.Status.EXPIRED, "grace")
+    assert all(inflight == 0 for _valid, inflight in _counters(study).values())
+    assert Trial.objects.get(session=session, position=0).click is not None
+    assert sessions_release_stale(now=released_at + timedelta(hours=1)) == 0  # nothing again
+
+
+def test_a_released_worker_heard_from_again_is_not_expired_as_abandoned(tmp_path, settings):
+    study = _study(tmp_path, settings, reservation_grace_s=120)
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    heard = max(timezone.now(), session.started_at)
+    released_at = heard + timedelta(seconds=121)
+    assert sessions_release_stale(now=released_at) == 1
+    session_heard(session_id=session.pk, now=released_at + timedelta(seconds=100))  # came back
+    assert sessions_release_stale(now=released_at + timedelta(seconds=150)) == 0
+    session.refresh_from_db()
+    assert session.status == Session.Status.STARTED
 
 
 def test_every_release_path_gives_each_slot_back_exactly_once(tmp_path, settings):
@@ -116,11 +136,14 @@ def test_every_release_path_gives_each_slot_back_exactly_once(tmp_path, settings
         session_release(session=leaver, by="researcher")
         sessions_release_stale(now=_later(leaver, 10_000))
     assert {pk: inflight for pk, (_v, inflight) in _counters(study).items()} == _holding(study)
-    assert sum(inflight for _v, inflight in _counters(study).values()) == 5  # 4 of the other + 1 clicked
+    # 4 of the other: the leaver, released and not heard from for a grace period more, expired as abandoned
+    # and gave its clicked trial's slot back too
+    assert sum(inflight for _v, inflight in _counters(study).values()) == 4
+    assert Session.objects.get(pk=leaver.pk).ended_by == "grace"
 
-    for expected in (2, 0):  # both sessions expire once; a second run changes nothing
+    for expected in (1, 0):  # the other session expires once; a second run changes nothing
         assert sessions_expire(now=_later(leaver, study.session_timeout_s + 1)) == expected
-    assert Session.objects.get(pk=leaver.pk).ended_by == "timeout"
+    assert Session.objects.get(pk=other.pk).ended_by == "timeout"
     assert all(inflight == 0 for _v, inflight in _counters(study).values())
     assert not Trial.objects.filter(session__in=[leaver, other], holds_slot=True, role="task").exists()
 
