@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
@@ -375,6 +376,11 @@ MTURK_FRAME_ANCESTORS = read("MTURK_FRAME_ANCESTORS")
 MTURK_SUBMIT_ORIGINS = read("MTURK_SUBMIT_ORIGINS")
 MTURK_REGION = read("MTURK_REGION")
 PROLIFIC_COMPLETE_URL = read("PROLIFIC_COMPLETE_URL").rstrip("/")
+# The finished player first asks whether Prolific answers (a no-cors fetch of its origin) before it sends the
+# participant there: the policy's connect-src must let that one origin through.
+CONTENT_SECURITY_POLICY["DIRECTIVES"]["connect-src"].append(
+    "{0.scheme}://{0.netloc}".format(urlsplit(PROLIFIC_COMPLETE_URL))
+)
 PLATFORM_SYNC_INTERVAL_S = read("PLATFORM_SYNC_INTERVAL_S")
 
 # --- Sessions and validation ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import math
 import random
 
 from collector.models import Round, Target
-from collector.services.allocation import target_candidates
+from collector.services.allocation import least_batch, target_candidates
 from collector.services.validation import click_verdict, target_region
 
 DEVICES = ("pc", "mobile")
@@ -22,10 +22,13 @@ DEVICES = ("pc", "mobile")
 def preview_targets(*, round: Round, device: str, seed: int = 0) -> list[Target]:
     """Up to ``study.batch_size`` targets of ``round`` for a new ``device`` worker, in play order.
 
-    When the allocation would give nothing (every target has its quota, or the round is closed) the
-    preview still shows one target per image, so the researcher can look at the stimuli."""
+    When the allocation would give nothing (every target has its quota, fewer are left than the study's
+    short-batch policy lets a batch start with, or the round is closed) the preview still shows one target per
+    image, so the researcher can look at the stimuli."""
     study = round.study
     ids = target_candidates(round=round, device=device, count=study.batch_size)
+    if len(ids) < least_batch(study=study, count=study.batch_size):
+        ids = []
     if not ids:
         seen: set[int] = set()
         for target_id, image_id in (

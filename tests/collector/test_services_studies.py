@@ -25,7 +25,9 @@ def media(tmp_path, settings):
 def crowded(media):
     """5 images with 3 objects each (like the demo's astronaut): a batch of 4 must show 4 different images."""
     dataset = make_dataset(media, n_images=5, objects_per_image=3, size=(120, 90))
-    return make_study(dataset, batch_size=4, min_valid_per_session=2, quota_pc=2, quota_mobile=2)
+    return make_study(
+        dataset, batch_size=4, min_valid_per_session=2, quota_pc=2, quota_mobile=2, short_batches="tail"
+    )
 
 
 def test_a_draft_preview_prepares_round_one_once_and_publishing_uses_it(crowded):
@@ -74,9 +76,17 @@ def test_the_preview_follows_quota_deficits_like_a_new_worker(crowded):
     Target.objects.filter(pk__in=full).update(valid_pc=2)
     offered = {t.pk for t in preview_targets(round=round_1, device="pc")}
     assert offered and not offered & set(full)
-    # mobile still offers everything; a worker who starts now gets exactly what the preview showed
+    # mobile still offers everything; a worker who starts now gets exactly what the preview showed (a batch of
+    # 2 images: the study allows tail batches that can still meet its rule of 2)
     session = session_start(study=study, worker=make_worker(), device="pc")
-    assert set(session.trials.values_list("target_id", flat=True)) == offered
+    assert set(session.trials.values_list("target_id", flat=True)) == offered and len(offered) == 2
+    # with full batches only a new worker gets nothing, and the preview shows the stimuli (one per image), not
+    # a batch anyone would get
+    Study.objects.filter(pk=study.pk).update(short_batches="full_only")
+    with pytest.raises(SessionStartRefused):
+        session_start(study=Study.objects.get(pk=study.pk), worker=make_worker(), device="pc")
+    shown = preview_targets(round=Round.objects.select_related("study").get(pk=round_1.pk), device="pc")
+    assert len({t.instance.image_id for t in shown}) == len(shown) == 4
 
 
 def test_click_check_applies_the_validation_rule(media):
