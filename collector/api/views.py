@@ -176,6 +176,7 @@ class StudyBudget(ResearcherView):
 
 class StudyTargets(ResearcherView):
     @extend_schema(
+        operation_id="studies_targets_list",
         parameters=[
             OpenApiParameter("round", int, description="Only this round number."),
             OpenApiParameter("limit", int),
@@ -200,7 +201,10 @@ class StudyTargets(ResearcherView):
 
 
 class StudyTargetDetail(ResearcherView):
-    @extend_schema(responses={200: serializers.TargetDetailSerializer, **NOT_FOUND})
+    @extend_schema(
+        operation_id="studies_targets_retrieve",
+        responses={200: serializers.TargetDetailSerializer, **NOT_FOUND},
+    )
     def get(self, request, study_id: int, target_id: int):
         """One target and all its clicks (worker pseudonyms, device, validity and reason)."""
         study = study_visible_or_404(user=request.user, study_id=study_id)
