@@ -265,7 +265,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 # also from blob: (the player's decoded stimuli) and data: URLs. No page may be framed (X-Frame-Options DENY
 # too) except a framed platform's (collector.platforms.framing replaces frame-ancestors for those).
 # connect-src: this site, and Prolific's origin (added below, once its completion URL is read)
-CSP_CONNECT_SRC: list[str] = [SELF]
+csp_connect_src: list[str] = [SELF]  # lower case: not a setting (django-csp refuses CSP_* names)
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
@@ -273,7 +273,7 @@ CONTENT_SECURITY_POLICY = {
         "style-src": [SELF, NONCE],
         "style-src-attr": ["'unsafe-inline'"],
         "img-src": [SELF, "data:", "blob:"],
-        "connect-src": CSP_CONNECT_SRC,
+        "connect-src": csp_connect_src,
         "object-src": [NONE],
         "base-uri": [NONE],
         "frame-ancestors": [NONE],
@@ -380,7 +380,7 @@ MTURK_REGION = read("MTURK_REGION")
 PROLIFIC_COMPLETE_URL = read("PROLIFIC_COMPLETE_URL").rstrip("/")
 # The finished player first asks whether Prolific answers (a no-cors fetch of its origin) before it sends the
 # participant there: the policy's connect-src must let that one origin through.
-CSP_CONNECT_SRC.append("{0.scheme}://{0.netloc}".format(urlsplit(PROLIFIC_COMPLETE_URL)))
+csp_connect_src.append("{0.scheme}://{0.netloc}".format(urlsplit(PROLIFIC_COMPLETE_URL)))
 PLATFORM_SYNC_INTERVAL_S = read("PLATFORM_SYNC_INTERVAL_S")
 
 # --- Sessions and validation ------------------------------------------------------------------------
