@@ -315,6 +315,8 @@ def main(argv=None) -> int:  # noqa: C901
     parser.add_argument("--ramp", type=float, default=None, help="seconds over which a crowd arrives")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds a crowd may take to fill")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--short-batches", default="pad", choices=("pad", "tail", "full_only"),
+                        help="the studies' short-batch policy (Study.short_batches)")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     args = parser.parse_args(argv)
     if args.short:
@@ -366,7 +368,7 @@ def main(argv=None) -> int:  # noqa: C901
         for name in ("no leavers", "with leavers"):
             study = make_study(make_dataset(tmp / name.replace(" ", "-"), n_images=n_images, size=(64, 48)),
                                publish=True, quota_pc=quota, quota_mobile=0, max_rounds=1, batch_size=args.batch,
-                               min_valid_per_session=math.ceil(0.7 * args.batch), short_batches="tail",
+                               min_valid_per_session=math.ceil(0.7 * args.batch), short_batches=args.short_batches,
                                image_ms=PHASE_MS, target_ms=PHASE_MS, blocked_ms=PHASE_MS,
                                session_timeout_s=max(60, math.ceil(SCALED["hold_s"])))  # fmt: skip
             # The grace scaled down (below the form's 30 s floor, which a real study keeps).
@@ -399,7 +401,7 @@ def main(argv=None) -> int:  # noqa: C901
             f"{SCALED['hold_s']:.0f} s; release task every {RELEASE_EVERY_S} s.\n"
             f"{args.annotators} annotators per crowd arriving over {args.ramp:.0f} s; {n_images} images, quota "
             f"{quota} valid PC clicks each, batches of {args.batch} needing {math.ceil(0.7 * args.batch)} valid "
-            "(short batches: tail).",
+            f"(short batches: {args.short_batches}).",
             flush=True,
         )
 

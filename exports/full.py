@@ -18,7 +18,8 @@ Columns (``FULL_SCHEMA`` order; times in ms, positions in canonical image pixels
   shown before the batch, ``collector.selectors.screens``: ``language`` as the player reported it (null when
   it did not), ``consent`` {shown, source "study" | "default", text, agreed_at}, ``instructions`` {source,
   text}, ``practice_trials``, ``control_trials``; the texts as the study holds them, in that language)
-- trial_id, position, trial_role (``task``; ``practice`` and ``control`` trials are never data: they are not
+- trial_id, position, trial_role (``task``; ``practice``, ``control`` and ``filler`` trials (a round's tail
+  batch filled up with images already done: they counted for the batch rule) are never data: they are not
   in clicks.csv, and their ``counted`` is false), phase_onsets_ms (JSON: presented rAF onsets, the first frame each phase was on
   screen), scheduled_onsets_ms (JSON: the onsets the player scheduled), load_wait_ms (the trial's wait for
   its pictures before phase A), blocked_clicks, trial_flags (JSON)

@@ -129,13 +129,19 @@ class Trial(models.Model):
     long the trial waited for its pictures before phase A; ``flags``: reasons the trial is invalid."""
 
     class Role(models.TextChoices):
-        """What a trial is for (issue 32 item 5). Only ``task`` trials are data: practice and control trials
-        take no quota slot, never count toward a quota and stay out of the RClicks export and the next
-        rounds; the full export keeps them."""
+        """What a trial is for (issue 32 items 2 and 5). Only ``task`` trials are data: practice, control and
+        filler trials take no quota slot, never count toward a quota and stay out of the RClicks export and the
+        next rounds; the full export keeps them. A filler trial (``Study.short_batches`` ``pad``) completes a
+        batch at a round's tail with an image whose quota is met; its click counts for the batch rule as a task
+        click would."""
 
         TASK = "task"
         PRACTICE = "practice", "practice (never data)"
         CONTROL = "control", "control (known answer, decides whether the batch counts)"
+        FILLER = (
+            "filler",
+            "filler (an image already done, filling up a batch at a round's tail; counts for the batch rule only)",
+        )
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="trials")
     target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="trials")

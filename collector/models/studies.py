@@ -46,7 +46,11 @@ class BatchRule(models.TextChoices):
 class ShortBatchPolicy(models.TextChoices):
     """What a worker is offered when fewer than a full batch of targets is left for them (issue 32 item 2)."""
 
-    FULL_ONLY = "full_only", "only full batches (a worker is never given a short batch)"
+    PAD = (
+        "pad",
+        "full batches, filled up at a round's tail with images already done (their clicks count only for the batch rule)",
+    )
+    FULL_ONLY = "full_only", "only full batches of wanted images (a round's tail waits for a full batch)"
     TAIL = "tail", "shorter batches at a round's tail, never counted below the batch rule"
 
 
@@ -148,9 +152,9 @@ class Study(models.Model):
         default=1,
         validators=[MinValueValidator(1)],
         help_text=(
-            "Fewest trials a session may start with when fewer than batch_size targets are left for the "
-            "worker (the valid-click threshold scales: ceil(min_valid_per_session * trials / batch_size)). "
-            "Set it to batch_size to allow full batches only."
+            "Fewest trials a batch may have when fewer than batch_size images are left for the worker, with "
+            "short_batches tail (or pad, when too few images are left to fill a batch up); never below "
+            "min_valid_per_session, which a batch needs whatever its length."
         ),
     )
     min_reaction_ms = models.PositiveIntegerField(
@@ -280,8 +284,12 @@ class Study(models.Model):
     short_batches = models.CharField(
         max_length=10,
         choices=ShortBatchPolicy.choices,
-        default=ShortBatchPolicy.FULL_ONLY,
-        help_text="Whether a worker may get a batch shorter than the batch size when fewer targets are left.",
+        default=ShortBatchPolicy.PAD,
+        help_text=(
+            "What a worker gets when fewer wanted images than the batch size are left for them: a full batch "
+            "filled up with images whose quotas are met (pad), a full batch or nothing (full_only), or a shorter "
+            "batch (tail)."
+        ),
     )
     rejected_work = models.CharField(
         max_length=10,

@@ -230,9 +230,11 @@ class StudyForm(forms.ModelForm):
                 "returns continues on what is still wanted. At least 30, shorter than the session timeout."
             ),
             "short_batches": (
-                "When fewer than a full batch of images is left for a worker: offer nothing (only full batches), "
-                "or a shorter batch if it can still reach the valid clicks a batch needs. A batch is never "
-                "counted with fewer valid clicks than that, whatever its length."
+                "When fewer than a full batch of images is left for a worker: fill the batch up with images "
+                "already done (default: their clicks count for the batch rule, never for a quota, and stay out "
+                "of the RClicks export), offer nothing until a full batch is wanted, or offer a shorter batch if "
+                "it can still reach the valid clicks a batch needs. A batch is never counted with fewer valid "
+                "clicks than that, whatever its length."
             ),
             "rejected_work": (
                 "A batch counted here whose assignment the platform rejected (a wrong code, your review): its "

@@ -47,7 +47,7 @@ def session_detail(*, study: Study, session_id: int) -> dict:
     """Everything the session page shows. Raises ``Session.DoesNotExist`` for a session of another study.
 
     ``{"session", "trials": [{position, role, target, phases_ms {A,B,C}, presentations, flags, blocked_clicks,
-    click (or None)}], "task_trials", "control_trials" (counts by role), "reviews": [SessionReview, newest first], "submission": PlatformSubmission | None,
+    click (or None)}], "task_trials", "filler_trials", "control_trials" (counts by role), "reviews": [SessionReview, newest first], "submission": PlatformSubmission | None,
     "payment": paid | owed | unpaid}``."""
     session = Session.objects.select_related("worker", "round", "study").get(pk=session_id, study=study)
     trials = []
@@ -84,6 +84,7 @@ def session_detail(*, study: Study, session_id: int) -> dict:
         "session": session,
         "trials": trials,
         "task_trials": sum(1 for trial in trials if trial["role"] == Trial.Role.TASK),
+        "filler_trials": sum(1 for trial in trials if trial["role"] == Trial.Role.FILLER),
         "control_trials": sum(1 for trial in trials if trial["role"] == Trial.Role.CONTROL),
         "reviews": reviews,
         "submission": submission,

@@ -27,7 +27,10 @@ Concurrency:
 
 Batch size policy (``least_batch``): a session asks for ``count`` (the study's ``batch_size``, 10 in RClicks)
 targets of distinct images the worker has never seen in this study. When fewer are left for this worker (the
-tail of a round, or a worker who saw most images), ``Study.short_batches`` decides: ``full_only`` (default)
+tail of a round, or a worker who saw most images), ``Study.short_batches`` decides: ``pad`` (default)
+allocates what is left and ``session_start`` fills the batch up to ``count`` with filler trials, images whose
+quotas are met (``collector.services.screens.session_filler_trials_add``: no slot, no quota, counted for the
+batch rule only), so a round's tail fills with full batches however few images it still wants; ``full_only``
 allocates nothing; ``tail`` allocates what is left if that is at least ``max(min_batch_size,
 min_valid_per_session)``, so the short batch can still meet the batch rule, which never scales down (see
 ``collector.services.validation.required_valid_clicks``). When nothing is allocated an empty list is
@@ -120,13 +123,24 @@ def allocate_targets(
 
 
 def least_batch(*, study, count: int) -> int:
-    """The fewest targets a new session of ``study`` may start with when ``count`` are asked for
-    (``Study.short_batches``, issue 32 item 2): ``full_only`` (the default) a full batch; ``tail`` a shorter
-    one only when it can still meet the batch rule (``min_valid_per_session`` trials) and is at least
+    """The fewest wanted targets a new session of ``study`` may be allocated when ``count`` are asked for
+    (``Study.short_batches``, issue 32 item 2): ``pad`` (the default) one, the batch being filled up after
+    (``least_trials`` says how long it must then be); ``full_only`` a full batch; ``tail`` a shorter one only
+    when it can still meet the batch rule (``min_valid_per_session`` trials) and is at least
     ``min_batch_size``. A batch is never counted below the rule whatever its length
     (``collector.services.validation.required_valid_clicks``)."""
+    if study.short_batches == "pad":
+        # timed studies fill the batch up; corrective ones have no fillers: full batches only
+        return 1 if study.kind == "timed" else count
     if study.short_batches != "tail":
         return count
+    return least_trials(study=study, count=count)
+
+
+def least_trials(*, study, count: int) -> int:
+    """The fewest trials (wanted and filler ones) a short batch of ``study`` may have: one that can still meet
+    the batch rule and is at least ``min_batch_size`` (``tail``, and ``pad`` when too few images are left to
+    fill a batch up)."""
     return min(count, max(study.min_batch_size, study.min_valid_per_session, 1))
 
 

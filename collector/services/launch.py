@@ -150,7 +150,7 @@ def study_close_platform(*, study_id: int) -> PlatformCampaign:
 
 
 def _rule_comment(session: Session) -> str:
-    trials = session.trials.filter(role="task").count() or session.study.batch_size
+    trials = session.trials.filter(role__in=("task", "filler")).count() or session.study.batch_size
     needed = session.study.min_valid_per_session  # never scaled down for a short batch (issue 32 item 2)
     valid = session.valid_clicks if session.valid_clicks is not None else 0
     return (

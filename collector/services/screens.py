@@ -1,4 +1,4 @@
-"""Practice and control trials of a timed study's batch (issue 32 item 5).
+"""Practice, control and filler trials of a timed study's batch (issue 32 items 2 and 5).
 
 A study may ask for ``practice_trials`` at the start of a worker's first batch and ``control_trials`` in every
 batch. Both are ordinary trials of the session (the player shows them with the study's own phases, the click
@@ -10,7 +10,14 @@ and presented rules are the same), told apart by ``Trial.role``:
   have known answers); the validation counts how many control clicks landed inside their object and the
   study's ``control_min_inside`` decides whether the batch counts (``collector.services.validation``).
 
-Neither takes an in-flight slot nor adds to a quota; the RClicks export, the next rounds and the target pages
+* filler trials (``Study.short_batches`` ``pad``) fill a batch up to the batch size at a round's tail, when
+  fewer wanted images are left for the worker than a batch holds: images whose targets need nothing more (or
+  ones the worker has seen), so the last wanted images go out in full batches that can meet the batch rule
+  instead of waiting for a worker who could get a full batch of them (who never comes). They look like any
+  other trial and their clicks are judged like any other; they count toward the batch rule, never toward a
+  quota.
+
+None takes an in-flight slot nor adds to a quota; the RClicks export, the next rounds and the target pages
 leave them out; the full export keeps them with their role.
 
 Which objects: a trial's target is the round-1 target of an object whose image is not among the batch's task
@@ -35,8 +42,9 @@ from collector.models.studies import StudyKind
 logger = logging.getLogger(__name__)
 
 
-def _screen_images(*, session: Session, batch_image_ids: set[int], count: int) -> list[int]:
-    """Up to ``count`` image ids for the screen trials: seen-before images first, each group shuffled."""
+def _screen_images(*, session: Session, batch_image_ids: set[int], count: int | None) -> list[int]:
+    """Up to ``count`` (None: all) image ids for the screen trials: seen-before images first, each group
+    shuffled."""
     seen = set(
         Trial.objects.filter(session__study_id=session.study_id, session__worker_id=session.worker_id)
         .exclude(session_id=session.pk)
@@ -52,7 +60,7 @@ def _screen_images(*, session: Session, batch_image_ids: set[int], count: int) -
     unseen = sorted(candidates - seen)
     random.shuffle(before)
     random.shuffle(unseen)
-    return (before + unseen)[:count]
+    return (before + unseen)[:count] if count is not None else before + unseen
 
 
 def _largest_object_targets(*, study: Study, image_ids: list[int]) -> list[Target]:
@@ -72,6 +80,51 @@ def _largest_object_targets(*, study: Study, image_ids: list[int]) -> list[Targe
         )
     }
     return [by_instance[largest[image_id]] for image_id in image_ids if largest.get(image_id) in by_instance]
+
+
+def session_filler_trials_add(*, session: Session, count: int) -> int:
+    """Fill ``session``, a batch just allocated with fewer than ``count`` task trials (its positions 0..n-1),
+    up to ``count`` trials with filler trials, mixed among the task trials at random positions. Returns how
+    many were added (fewer when the dataset has too few other images: the caller decides whether the batch
+    may start). Call inside ``session_start``'s transaction, before ``session_screen_trials_add``.
+
+    A filler's target is a target of the session's round (what this round shows: a first click, or an error
+    mask of a later round) on an image not in the batch, one per image, images the worker has already seen
+    first (as the screen trials: nothing is lost by showing them again), then unseen ones. The allocation has
+    just taken every wanted target of an unseen image it could, so an unseen image left here has no target
+    this device still needs."""
+    task_trials = list(Trial.objects.filter(session=session).order_by("position"))
+    wanted = count - len(task_trials)
+    if wanted <= 0:
+        return 0
+    batch_images = set(
+        Target.objects.filter(pk__in=[trial.target_id for trial in task_trials]).values_list(
+            "instance__image_id", flat=True
+        )
+    )
+    image_ids = _screen_images(session=session, batch_image_ids=batch_images, count=None)
+    by_image: dict[int, list[int]] = {}
+    for target_id, image_id in Target.objects.filter(
+        round_id=session.round_id, instance__image_id__in=image_ids
+    ).values_list("id", "instance__image_id"):
+        by_image.setdefault(image_id, []).append(target_id)
+    chosen = [random.choice(by_image[image_id]) for image_id in image_ids if image_id in by_image][:wanted]
+    if not chosen:
+        return 0
+    mixed: list[Trial | int] = [*task_trials, *chosen]
+    random.shuffle(mixed)
+    Trial.objects.filter(session=session).update(position=F("position") + len(mixed))  # out of the way
+    moved, fillers = [], []
+    for position, item in enumerate(mixed):
+        if isinstance(item, Trial):
+            item.position = position
+            moved.append(item)
+        else:
+            fillers.append(Trial(session=session, target_id=item, position=position, role=Trial.Role.FILLER))
+    Trial.objects.bulk_update(moved, ["position"])
+    Trial.objects.bulk_create(fillers)
+    logger.info("filler trials added", extra={"session_id": session.pk, "filler": len(fillers)})
+    return len(fillers)
 
 
 def session_screen_trials_add(*, session: Session) -> tuple[int, int]:

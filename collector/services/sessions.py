@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from collector.models import Click, DisplayMode, Round, Session, Study, TaskIntent, Trial, Worker
+from collector.models.studies import ShortBatchPolicy, StudyKind
 from collector.services.codes import completion_code_make
 from collector.services.outbox import (
     task_intent_add,
@@ -46,7 +47,7 @@ from collector.services.qualification import (
     qualification_result,
     qualification_session_create,
 )
-from collector.services.screens import session_screen_trials_add
+from collector.services.screens import session_filler_trials_add, session_screen_trials_add
 from collector.services.studies import study_open_round, study_preview_round
 from tasks import names as task_names
 
@@ -66,6 +67,9 @@ MAX_PROBLEMS = 50
 CLICK_EARLY_TOLERANCE_MS = 250
 NO_ROUND_MESSAGE = gettext_lazy(
     "There are no tasks available right now (the current round is complete). Please try again later."
+)
+NO_IMAGES_LEFT_MESSAGE = gettext_lazy(
+    "There are no images left for you in this study. Thank you for your interest!"
 )
 
 
@@ -282,6 +286,7 @@ def session_start(
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
             raise SessionStartRefused(no_task_message(round=open_round, worker=worker, device=device))
+        _fill_up(session=session, study=study, allocated=len(targets))
         if study.practice_trials or study.control_trials:
             session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)
     logger.info(
@@ -294,6 +299,23 @@ def session_start(
         },
     )
     return session
+
+
+def _fill_up(*, session: Session, study: Study, allocated: int) -> None:
+    """A round's tail under ``Study.short_batches`` ``pad``: fewer than ``batch_size`` targets were allocated,
+    so the batch is filled up with images already done (``collector.services.screens``); too short even so,
+    the start is refused (raised inside ``session_start``'s transaction, which rolls the allocation back)."""
+    from collector.services.allocation import least_trials
+
+    if (
+        study.short_batches != ShortBatchPolicy.PAD
+        or study.kind != StudyKind.TIMED
+        or allocated >= study.batch_size
+    ):
+        return
+    fillers = session_filler_trials_add(session=session, count=study.batch_size)
+    if allocated + fillers < least_trials(study=study, count=study.batch_size):
+        raise SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
 
 
 def no_task_message(*, round: Round, worker: Worker, device: str) -> str:
@@ -316,10 +338,10 @@ def no_task_message(*, round: Round, worker: Worker, device: str) -> str:
     unseen = open_targets.exclude(instance__image_id__in=seen)
     unseen_images = unseen.values("instance__image_id").distinct().count()
     if unseen_images < least_batch(study=study, count=study.batch_size):
-        return _("There are no images left for you in this study. Thank you for your interest!")
+        return str(NO_IMAGES_LEFT_MESSAGE)
     waiting = unseen.filter(**{f"{inflight}__gt": 0}).exists()
     if not waiting:
-        return _("There are no images left for you in this study. Thank you for your interest!")
+        return str(NO_IMAGES_LEFT_MESSAGE)
     minutes = max(1, math.ceil(study_wait_hint_s(study=study) / 60))
     return _(
         "All the remaining images are being worked on by other participants right now. Some may come back "

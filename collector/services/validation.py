@@ -51,6 +51,8 @@ from config.celery import app as celery_app
 from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
+#: The trials the batch rule counts: task trials and the filler trials that fill a round's tail batch up.
+RULED_ROLES = (Trial.Role.TASK, Trial.Role.FILLER)
 
 
 class ValidationError(RuntimeError):
@@ -308,6 +310,7 @@ def session_validate(*, session_id: int) -> Session | None:
         clicks: list[Click] = []
         valid_target_ids: list[int] = []
         control_inside = 0
+        valid_fillers = 0  # valid clicks of filler trials: they count for the batch rule, never for a quota
         inside = 0  # valid task clicks inside the target region itself (the ``inside`` batch rule)
         for trial in trials:
             click = getattr(trial, "click", None)
@@ -331,23 +334,29 @@ def session_validate(*, session_id: int) -> Session | None:
             clicks.append(click)
             if trial.role == Trial.Role.CONTROL:
                 control_inside += int(verdict.is_valid and click.distance_px == 0.0)
-            elif verdict.is_valid and trial.role == Trial.Role.TASK:
-                valid_target_ids.append(trial.target_id)
+            elif verdict.is_valid and trial.role in RULED_ROLES:
+                if trial.role == Trial.Role.TASK:
+                    valid_target_ids.append(trial.target_id)
+                else:
+                    valid_fillers += 1
                 inside += int(click.distance_px == 0.0)
         _verdicts_store(clicks)
 
-        # Practice and control trials are never data: the batch rule and the quotas see the task trials only.
+        # Practice and control trials are never data: the batch rule sees the task and filler trials, the
+        # quotas the task trials only.
         task_trials = [trial for trial in trials if trial.role == Trial.Role.TASK]
+        ruled_trials = sum(1 for trial in trials if trial.role in RULED_ROLES)
         n_control = sum(1 for trial in trials if trial.role == Trial.Role.CONTROL)
         n_valid = len(valid_target_ids)
         required = required_valid_clicks(
             min_valid_per_session=study.min_valid_per_session,
             batch_size=study.batch_size,
-            n_trials=len(task_trials),
+            n_trials=ruled_trials,
         )
         reasons = batch_rule_problems(
-            rule=study.batch_rule, valid=n_valid, inside=inside, trials=len(task_trials), required=required
-        )
+            rule=study.batch_rule, valid=n_valid + valid_fillers, inside=inside, trials=ruled_trials,
+            required=required,
+        )  # fmt: skip
         session.control_inside = control_inside if n_control else None
         session.control_passed = None
         if n_control:
@@ -359,7 +368,7 @@ def session_validate(*, session_id: int) -> Session | None:
                     f"at least {control_required}."
                 )
         counted = not reasons
-        session.valid_clicks = n_valid
+        session.valid_clicks = n_valid + valid_fillers  # the batch's, as the worker was told the rule
         session.validity = Session.Validity.COUNTED if counted else Session.Validity.REJECTED
         session.rejection_reason = " ".join(reasons)
         session.quality_flags = session_quality_flags(session=session, trials=trials)

@@ -100,11 +100,18 @@ def test_prefers_targets_furthest_from_quota(tmp_path):
 
 
 def test_short_batches_follow_the_policy_without_changing_counters_when_refused(tmp_path):
-    """full_only (the default) never offers a short batch; tail offers one of at least
-    max(min_batch_size, min_valid_per_session) trials, so it can still meet the batch rule."""
+    """full_only never offers a short batch; tail offers one of at least max(min_batch_size,
+    min_valid_per_session) trials, so it can still meet the batch rule; pad (the default) allocates what is
+    wanted (the batch is filled up after, tests/collector/test_services_screens.py)."""
     dataset = make_dataset(tmp_path, n_images=3)
     study = make_study(dataset, publish=True, batch_size=10, min_valid_per_session=1)
-    assert study.short_batches == "full_only"
+    assert study.short_batches == "pad"
+    _, got = _start(study=study, worker=make_worker())
+    assert len(got) == 3
+    Target.objects.update(inflight_pc=0)
+
+    study.short_batches = "full_only"
+    study.save()
     session, got = _start(study=study, worker=make_worker())
     assert session is None and got == []
     assert Target.objects.filter(inflight_pc__gt=0).count() == 0

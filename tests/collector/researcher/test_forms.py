@@ -295,7 +295,7 @@ def test_the_reservation_settings_default_and_are_checked(dataset):
     fields = form.study_fields()
     assert (fields["reservation_grace_s"], fields["short_batches"], fields["rejected_work"]) == (
         120,
-        "full_only",
+        "pad",
         "release",
     )
     form = StudyForm(_valid(dataset, reservation_grace_s=300, short_batches="tail", rejected_work="count"))
