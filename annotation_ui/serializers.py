@@ -270,10 +270,14 @@ class HeartbeatIn(serializers.Serializer):
     """The player is still open (sent every ``HEARTBEAT_S`` seconds, and on each page-visibility change)."""
 
     visibility = serializers.ChoiceField(
-        choices=["visible", "hidden"],
+        choices=["visible", "hidden", "gone"],
         required=False,
         default="visible",
-        help_text="document.visibilityState when sent: a hidden page still counts as heard from.",
+        help_text=(
+            'document.visibilityState when sent: a hidden page still counts as heard from. "gone": the page '
+            "is going away (pagehide beacon): not a sign of life; the batch is released CLICKLAB_LEAVE_GRACE_S "
+            "later unless heard from again."
+        ),
     )
 
 

@@ -82,11 +82,15 @@ def home(request):
     return render(request, "annotation_ui/message.html", {"title": "Clicklab", "message": ""})
 
 
-def _message(request, *, title: str, message: str, status: int):
-    response = render(
-        request, "annotation_ui/message.html", {"title": title, "message": message}, status=status
-    )
+def _message(request, *, title: str, message: str, status: int, retry: dict | None = None):
+    """A page with a title and a message. ``retry`` (``{"after_s", "device"}``): a temporary refusal of a
+    study link's entry; the page posts the entry again by itself every ``after_s`` seconds (a countdown,
+    static/player/waiting.js; a button without JavaScript), and the answer says ``Retry-After``."""
+    context = {"title": title, "message": message, "retry": retry}
+    response = render(request, "annotation_ui/message.html", context, status=status)
     response["Cache-Control"] = "no-store"
+    if retry:
+        response["Retry-After"] = str(retry["after_s"])
     return response
 
 
@@ -144,7 +148,8 @@ def study_link_entry(request, token: str):
             user_agent=request.headers.get("User-Agent", ""),
         )
     except SessionStartRefused as exc:
-        response = _message(request, title=_("No task available"), message=str(exc), status=409)
+        retry = {"after_s": exc.retry_after_s, "device": detected} if exc.retry_after_s else None
+        response = _message(request, title=_("No task available"), message=str(exc), status=409, retry=retry)
     else:
         token = session_token_make(session_id=session.pk)
         if request.GET.get("then") == "redirect":

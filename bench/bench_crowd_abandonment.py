@@ -7,13 +7,13 @@ under /tmp, a Redis server, and ``config/runner.py``'s gunicorn, ``default`` wor
 beat, which runs the release of batches not heard from). Each crowd works on a study of its own (same dataset
 and quotas). An annotator speaks the player's protocol: entry (POST /s/<link>/) -> client report -> per trial
 presented, phases A-C, click (the showing of the next trial carried on it) -> finish; a heartbeat every
-``HEARTBEAT_S``. An annotator told "no task available" for now (409, temporary) tries again after the time the
-message gives; one told it is final stops.
+``HEARTBEAT_S``. An annotator told "no task available" for now (409, temporary) keeps the waiting page open,
+which posts the entry again after its countdown (``data-retry-after``); one told it is final stops.
 
 Times are scaled down so a run takes minutes (printed with the result): phases of 100 ms (RClicks: 1.5 / 2 /
 1.5 s), so one second here stands for about 16.7 s; the grace period, heartbeat, "come back after a minute"
-and the 30-minute hold are scaled by the same factor. A leaver stops at a random trial and phase (nothing more
-is sent: the tab is closed); a returner opens its task link again (GET /a/<token>/) after the scaled minute,
+and the 30-minute hold are scaled by the same factor. A leaver stops at a random trial and phase (the tab is closed:
+nothing more is sent but, for ``--beacon-share`` of them, the player's pagehide beacon); a returner opens its task link again (GET /a/<token>/) after the scaled minute,
 asks for the state and plays the trials still without a click.
 
 Printed: the time to fill every quota for both crowds and their ratio (goal: within 1.1x), the slot-minutes
@@ -54,9 +54,10 @@ _SPEC.loader.exec_module(faults)
 PHASE_MS = 100
 #: Real seconds one second of the run stands for: RClicks' phases A-C (5 s) over the run's (0.3 s).
 SCALE = 5.0 / (3 * PHASE_MS / 1000)
-REAL = {"grace_s": 120, "heartbeat_s": 20, "return_after_s": 60, "hold_s": 1800, "retry_s": 150}
+REAL = {"grace_s": 120, "heartbeat_s": 20, "return_after_s": 60, "hold_s": 1800, "leave_grace_s": 10}
 SCALED = {name: value / SCALE for name, value in REAL.items()}
 PLAYER_ADDRESS = re.compile(r'history\.replaceState\(null, "", "/a/([^/"]+)/"\)')
+RETRY_AFTER = re.compile(r'data-retry-after="(\d+)"')
 
 
 async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict) -> None:  # noqa: C901
@@ -68,6 +69,7 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     leaves = spec["leavers"] and rng.random() < spec["leave_share"]
     returns = leaves and rng.random() < spec["return_share"] / spec["leave_share"]
     leave_at = (rng.randrange(spec["batch"]), rng.choice("ABCD")) if leaves else None
+    beacon = leaves and rng.random() < spec["beacon_share"]
 
     async def call(method, path, *, body=None, data=None, timeout_s=15):
         for attempt in range(60):
@@ -97,11 +99,14 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
             token = shown[1]
             break
         text = response.text if response is not None else ""
+        retry = RETRY_AFTER.search(text)
         final = "being worked on" not in text
         record["refusals"].append("final" if final else "temporary")
         if final:
             return
-        await asyncio.sleep(SCALED["retry_s"] * (0.5 + rng.random()))
+        # The waiting page posts the entry again by itself after its countdown (static/player/waiting.js: a
+        # worker who keeps it open); its seconds come from the server's scaled CLICKLAB_WAIT_RECHECK_S.
+        await asyncio.sleep(int(retry[1]) if retry else spec["recheck_s"])
     api = f"/api/annotator/{token}"
     record["token"] = token
     alive = {"on": True}
@@ -163,8 +168,12 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         positions = [t["position"] for t in state.json()["trials"] if not t["done"]] if state else []
         done = await play(positions, may_leave=True)
     if not done:
-        alive["on"] = False  # the tab is closed: nothing more is sent
+        # the tab is closed: nothing more is sent but, from most browsers, the pagehide beacon
+        alive["on"] = False
         record["left_at"] = time.monotonic()
+        if beacon:
+            record["beacon"] = True
+            await call("POST", f"{api}/heartbeat", body={"visibility": "gone"})
         if not returns:
             beat.cancel()
             return
@@ -200,7 +209,8 @@ def _study_filled(study_id: int) -> bool:
 
 async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leavers: bool) -> dict:
     spec = {"annotators": args.annotators, "ramp_s": args.ramp, "link": link, "batch": args.batch,
-            "leavers": leavers, "leave_share": 0.30, "return_share": 0.10}  # fmt: skip
+            "leavers": leavers, "leave_share": 0.30, "return_share": 0.10, "beacon_share": args.beacon_share,
+            "recheck_s": args.recheck / SCALE}  # fmt: skip
     log: dict = {"annotators": [], "filled": asyncio.Event(), "stages": Counter()}
     http = faults.LeanHTTP(base, max_connections=64)
     rng = random.Random(args.seed)
@@ -317,6 +327,21 @@ def main(argv=None) -> int:  # noqa: C901
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--short-batches", default="pad", choices=("pad", "tail", "full_only"),
                         help="the studies' short-batch policy (Study.short_batches)")  # fmt: skip
+    parser.add_argument("--beacon-share", type=float, default=0.5,
+                        help="share of leavers whose browser delivers the pagehide beacon (a closed tab on a PC "
+                             "does; a phone killed in the background or a lost network does not)")  # fmt: skip
+    parser.add_argument(
+        "--recheck",
+        type=float,
+        default=30.0,
+        help="real seconds between the waiting page's own retries (CLICKLAB_WAIT_RECHECK_S)",
+    )
+    parser.add_argument(
+        "--leave-grace",
+        type=float,
+        default=REAL["leave_grace_s"],
+        help="real seconds after the pagehide beacon before a release (CLICKLAB_LEAVE_GRACE_S)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     args = parser.parse_args(argv)
     if args.short:
@@ -349,6 +374,8 @@ def main(argv=None) -> int:  # noqa: C901
                "CLICKLAB_OUTBOX_RELAY_EVERY_S": "1", "CLICKLAB_OUTBOX_RELAY_GRACE_S": "1",
                "CLICKLAB_RELEASE_STALE_EVERY_S": str(RELEASE_EVERY_S),
                "CLICKLAB_RETURN_AFTER_S": f"{1.5 * SCALED['heartbeat_s']:.3f}",
+               "CLICKLAB_LEAVE_GRACE_S": f"{args.leave_grace / SCALE:.3f}",
+               "CLICKLAB_WAIT_RECHECK_S": f"{args.recheck / SCALE:.3f}",
                "CLICKLAB_EXPIRE_SESSIONS_EVERY_S": "5", "PLATFORM_SYNC_INTERVAL_S": "3600",
                "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"}  # fmt: skip
         os.environ.update(env)
@@ -398,7 +425,9 @@ def main(argv=None) -> int:  # noqa: C901
             f"services up after {time.monotonic() - t_start:.1f}s. Times scaled 1:{SCALE:.1f} (phases of {PHASE_MS} "
             f"ms for RClicks' 1.5/2/1.5 s): grace {grace_run} s (120 s), heartbeat {SCALED['heartbeat_s']:.1f} s "
             f"(20 s), come back after {SCALED['return_after_s']:.1f} s (a minute), 30-minute hold "
-            f"{SCALED['hold_s']:.0f} s; release task every {RELEASE_EVERY_S} s.\n"
+            f"{SCALED['hold_s']:.0f} s; release task every {RELEASE_EVERY_S} s; released {args.leave_grace / SCALE:.2f} s "
+            f"({args.leave_grace:.0f} s) after a pagehide beacon, sent by {args.beacon_share:.0%} of leavers; the "
+            f"waiting page asks again every {args.recheck / SCALE:.2f} s ({args.recheck:.0f} s).\n"
             f"{args.annotators} annotators per crowd arriving over {args.ramp:.0f} s; {n_images} images, quota "
             f"{quota} valid PC clicks each, batches of {args.batch} needing {math.ceil(0.7 * args.batch)} valid "
             f"(short batches: {args.short_batches}).",

@@ -379,6 +379,21 @@ VARIABLES: tuple[Variable, ...] = (
         "background",
     ),
     Variable(
+        "CLICKLAB_LEAVE_GRACE_S",
+        "float",
+        10.0,
+        "a batch whose player said it was going away (the tab closed) and was not heard from since gives its unclicked images back this long after (at the next release run), instead of after the study's grace period; a reload is heard from sooner",
+        "background",
+    ),
+    Variable(
+        "CLICKLAB_WAIT_RECHECK_S",
+        "float",
+        30.0,
+        "a worker told that the remaining images are being worked on: how often the page asks again by itself (at most the study's grace period plus the release interval)",
+        "background",
+        minimum=1,
+    ),
+    Variable(
         "CLICKLAB_RETURN_AFTER_S",
         "float",
         30.0,

@@ -392,6 +392,11 @@ RELEASE_STALE_EVERY_S = read("CLICKLAB_RELEASE_STALE_EVERY_S")
 # A player page not heard from for this long before it is loaded again was left: the trial it showed without
 # a click is shown afresh (not flagged replayed). Longer than the player's 20 s heartbeat interval.
 RETURN_AFTER_S = read("CLICKLAB_RETURN_AFTER_S")
+# A batch whose player said it was going away (pagehide: the tab closed) and was not heard from since is
+# released this long after the signal (a reload is heard from within it), not a grace period later.
+LEAVE_GRACE_S = read("CLICKLAB_LEAVE_GRACE_S")
+# A worker told "the remaining images are being worked on" gets a page that asks again this often.
+WAIT_RECHECK_S = read("CLICKLAB_WAIT_RECHECK_S")
 # Safety nets for lost messages (a killed worker on a broker without acknowledgements; the file-system
 # transport drops a message whose worker was killed), each sending again what is still pending (a duplicate
 # is a no-op): validations of finished sessions, next-round builds of closed rounds, corrective mask updates.

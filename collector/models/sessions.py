@@ -98,6 +98,14 @@ class Session(models.Model):
     last_seen_at = models.DateTimeField(
         null=True, blank=True, help_text="Last heartbeat, click or report from the worker's player."
     )
+    left_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "When the player said the page was going away (pagehide: the tab closed, or a navigation); its "
+            "unclicked trials give their slots back CLICKLAB_LEAVE_GRACE_S later unless heard from since."
+        ),
+    )
     released_at = models.DateTimeField(
         null=True,
         blank=True,

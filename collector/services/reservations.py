@@ -13,6 +13,11 @@ Lifecycle of a task trial's slot (``Trial.holds_slot``; docs/architecture.md, "R
   replaces it by another wanted target of an image the worker has not seen, or drops it from the batch,
   under the locks of allocation (worker, round, targets in id order): never a slot beyond the quota.
 
+A player whose page goes away (``pagehide``: the tab closed, a navigation) says so with a beacon
+(``session_heartbeat(visibility="gone")`` sets ``Session.left_at``): if nothing is heard from it since, the
+batch is released ``settings.LEAVE_GRACE_S`` after the signal (at the next release run) instead of a grace
+period after the last sign of life. A reload is heard from again within that time, so it keeps its batch.
+
 "Heard from" is the latest of ``Session.last_seen_at`` (heartbeats, visibility events and client reports:
 ``session_heard``), the session's start, its clicks' arrival and its trials' presentation reports (the click
 and presented paths write no session row: ``sessions_release_stale`` reads those instead).
@@ -23,6 +28,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
@@ -119,21 +125,23 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
         .distinct()
         .values_list("pk", "reservation_grace_s")
     )
+    leave_cutoff = now - timedelta(seconds=settings.LEAVE_GRACE_S)
     for study_id, grace_s in studies:
         cutoff = now - timedelta(seconds=grace_s)
         holding = Trial.objects.filter(role=Trial.Role.TASK, holds_slot=True, click__isnull=True)
-        # Cheap pre-filter: neither a heartbeat nor the start since the cutoff (clicks are checked below).
-        candidates = list(
-            Session.objects.filter(
-                study_id=study_id,
-                status=Session.Status.STARTED,
-                is_qualification=False,
-                started_at__lte=cutoff,
-                pk__in=holding.values("session_id"),
-            )
-            .exclude(last_seen_at__gt=cutoff)
-            .order_by("pk")
-            .values_list("pk", flat=True)[: batch_size * 10]
+        running = Session.objects.filter(
+            study_id=study_id,
+            status=Session.Status.STARTED,
+            is_qualification=False,
+            pk__in=holding.values("session_id"),
+        )
+        # Cheap pre-filters: neither a heartbeat nor the start since the cutoff (clicks are checked below), or
+        # a page that said it was going away at least LEAVE_GRACE_S ago.
+        silent = running.filter(started_at__lte=cutoff).exclude(last_seen_at__gt=cutoff)
+        gone = running.filter(left_at__lte=leave_cutoff)
+        candidates = sorted(
+            set(silent.order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
+            | set(gone.order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
         )
         for session_id in candidates:
             with transaction.atomic():
@@ -144,14 +152,25 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
                 )
                 if session is None or session.status != Session.Status.STARTED:
                     continue
-                if _heard_at(session) > cutoff:
+                heard = _heard_at(session)
+                left = (
+                    session.left_at is not None
+                    and session.left_at <= leave_cutoff
+                    and heard <= session.left_at
+                )
+                if heard > cutoff and not left:
                     continue
                 count = _release_locked(session=session, now=now)
             if count:
                 released += 1
                 logger.info(
                     "session released",
-                    extra={"session_id": session_id, "study_id": study_id, "by": "grace", "trials": count},
+                    extra={
+                        "session_id": session_id,
+                        "study_id": study_id,
+                        "by": "left" if left else "grace",
+                        "trials": count,
+                    },
                 )
         released += _expire_abandoned(study_id=study_id, cutoff=cutoff, now=now)
     return released
@@ -159,35 +178,40 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
 
 def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
     """Expire the study's running sessions released at least a grace period ago and not heard from since
-    (``cutoff``: now minus the grace period): their workers left for good, so the slots their clicked trials
-    still hold come back too (``collector.services.monitor.session_expire_now``, ``ended_by`` "grace") instead
-    of waiting for the session timeout. Their clicks stay stored (an expired batch is not counted). A worker who
-    comes back later gets a new batch. Returns how many expired."""
+    (``cutoff``: now minus the grace period), and those never released but not heard from for two grace
+    periods (a batch with nothing to release: every task trial clicked, the rest fillers, practice or
+    control trials): their workers left for good, so the slots their clicked trials still hold come back too
+    (``collector.services.monitor.session_expire_now``, ``ended_by`` "grace") instead of waiting for the
+    session timeout. Their clicks stay stored (an expired batch is not counted). A worker who comes back later
+    gets a new batch. Returns how many expired."""
     from collector.services.monitor import (  # monitor imports allocation only
         MonitorRefused,
         session_expire_now,
     )
 
     expired = 0
-    candidates = list(
-        Session.objects.filter(
-            study_id=study_id,
-            status=Session.Status.STARTED,
-            is_qualification=False,
-            released_at__lte=cutoff,
-        )
-        .exclude(last_seen_at__gt=cutoff)
-        .order_by("pk")
-        .values_list("pk", flat=True)[:2000]
+    silent_since = cutoff - (now - cutoff)  # two grace periods ago
+    running = Session.objects.filter(study_id=study_id, status=Session.Status.STARTED, is_qualification=False)
+    released = running.filter(released_at__lte=cutoff).exclude(last_seen_at__gt=cutoff)
+    silent = running.filter(released_at__isnull=True, started_at__lte=silent_since).exclude(
+        last_seen_at__gt=silent_since
+    )
+    candidates = sorted(
+        set(released.order_by("pk").values_list("pk", flat=True)[:2000])
+        | set(silent.order_by("pk").values_list("pk", flat=True)[:2000])
     )
     for session_id in candidates:
         with transaction.atomic():
             session = (
                 Session.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=session_id).first()
             )
-            if session is None or session.status != Session.Status.STARTED or session.released_at is None:
+            if session is None or session.status != Session.Status.STARTED:
                 continue
-            if session.released_at > cutoff or _heard_at(session) > cutoff:
+            heard = _heard_at(session)
+            if session.released_at is None:
+                if heard > silent_since or _releasable_trials(session.pk).exists():
+                    continue  # heard from, or the release comes first (next run)
+            elif session.released_at > cutoff or heard > cutoff:
                 continue
             try:
                 session_expire_now(session_id=session_id, by="grace", now=now)
@@ -313,8 +337,18 @@ def _reclaim_apply(
 def session_heartbeat(*, session_id: int, visibility: str = "visible", now: datetime | None = None) -> dict:
     """The player of ``session_id`` is open (``visibility``: "visible" or "hidden", logged only: a hidden page
     still counts as heard from). Records it, re-reserves a released batch (``session_reclaim``) and answers
-    ``{"status", "reclaimed", "kept", "replaced", "dropped"}``. Raises Session.DoesNotExist."""
+    ``{"status", "reclaimed", "kept", "replaced", "dropped"}``. Raises Session.DoesNotExist.
+
+    ``visibility`` "gone": the page is going away (the player's pagehide beacon). Not a sign of life: it sets
+    ``Session.left_at`` only, so the batch is released ``settings.LEAVE_GRACE_S`` later unless the worker is
+    heard from again by then (a reload is)."""
     now = now or timezone.now()
+    if visibility == "gone":
+        if not Session.objects.filter(pk=session_id).update(left_at=now):
+            raise Session.DoesNotExist(f"session {session_id} does not exist.")
+        logger.info("player left", extra={"session_id": session_id})
+        status = Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
+        return {"status": status, "reclaimed": False, "kept": [], "replaced": [], "dropped": []}
     if not Session.objects.filter(pk=session_id).update(last_seen_at=now):
         raise Session.DoesNotExist(f"session {session_id} does not exist.")
     reclaimed = session_reclaim(session_id=session_id, now=now)
@@ -336,27 +370,29 @@ def session_return(*, session_id: int, now: datetime | None = None) -> dict | No
     so a page that stayed open never qualifies, and a reload to look at a target again seconds later does not
     either) was left: the trial it showed without a click is shown afresh, its earlier showings cleared, so
     the replay from phase A is not flagged ``replayed`` and its click counts normally. A tab hidden while a
-    trial ran is still flagged by the player (``visibility_hidden``) for a worker who did not leave."""
-    from django.conf import settings
+    trial ran is still flagged by the player (``visibility_hidden``) for a worker who did not leave.
 
+    The page load itself is heard from (``last_seen_at``), so the beacon its previous page sent on the way out
+    (a reload) releases nothing."""
     reclaimed = session_reclaim(session_id=session_id, now=now)
     if reclaimed is not None:
         return reclaimed
     now = now or timezone.now()
     session = Session.objects.filter(pk=session_id, status=Session.Status.STARTED).first()
-    if session is None or _heard_at(session) > now - timedelta(seconds=settings.RETURN_AFTER_S):
+    if session is None:
         return None
-    shown = Trial.objects.filter(session_id=session_id, role=Trial.Role.TASK, click__isnull=True).exclude(
-        presentations=[]
-    )
-    if shown.update(presentations=[], flags=[]):
-        logger.info("worker returned", extra={"session_id": session_id, "study_id": session.study_id})
+    if _heard_at(session) <= now - timedelta(seconds=settings.RETURN_AFTER_S):
+        shown = Trial.objects.filter(session_id=session_id, role=Trial.Role.TASK, click__isnull=True).exclude(
+            presentations=[]
+        )
+        if shown.update(presentations=[], flags=[]):
+            logger.info("worker returned", extra={"session_id": session_id, "study_id": session.study_id})
+    # The page served is a sign of life: a reload after the pagehide beacon keeps its batch.
+    session_heard(session_id=session_id, now=now)
     return None
 
 
 def study_wait_hint_s(*, study: Study) -> int:
     """How long a worker told "try again later" should wait, in seconds: the grace period plus the release
     task's interval (when an abandoned batch's images come back at the latest)."""
-    from django.conf import settings
-
     return int(study.reservation_grace_s + getattr(settings, "RELEASE_STALE_EVERY_S", 30))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -75,7 +76,13 @@ NO_IMAGES_LEFT_MESSAGE = gettext_lazy(
 
 class SessionStartRefused(Exception):
     """No session can be started; the message is meant for the worker (shown on the entry page), in the
-    request's language (raise it with an evaluated ``gettext`` string)."""
+    request's language (raise it with an evaluated ``gettext`` string). ``retry_after_s``: the refusal is
+    temporary (the images still wanted are in other workers' batches) and the page may ask again this many
+    seconds later; None when it is final."""
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ClickRefused(Exception):
@@ -285,7 +292,7 @@ def session_start(
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
-            raise SessionStartRefused(no_task_message(round=open_round, worker=worker, device=device))
+            raise no_task_refusal(round=open_round, worker=worker, device=device)
         _fill_up(session=session, study=study, allocated=len(targets))
         if study.practice_trials or study.control_trials:
             session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)
@@ -318,11 +325,12 @@ def _fill_up(*, session: Session, study: Study, allocated: int) -> None:
         raise SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
 
 
-def no_task_message(*, round: Round, worker: Worker, device: str) -> str:
-    """What a worker refused a batch is told, in the request's language: final (every target of the round has
-    its ``device`` quota met, or the images still wanted are ones this worker has already seen) or temporary
-    (the images still wanted are in other workers' running batches: when to try again, from the study's grace
-    period, after which an abandoned batch gives its images back)."""
+def no_task_refusal(*, round: Round, worker: Worker, device: str) -> SessionStartRefused:
+    """The refusal a worker who gets no batch is given, its message in the request's language: final (every
+    target of the round has its ``device`` quota met, or the images still wanted are ones this worker has
+    already seen) or temporary (the images still wanted are in other workers' running batches: when to try
+    again, from the study's grace period, after which an abandoned batch gives its images back; the page
+    asks again by itself every ``settings.WAIT_RECHECK_S``, its ``retry_after_s``)."""
     from collector.services.allocation import least_batch
     from collector.services.reservations import study_wait_hint_s
 
@@ -331,22 +339,26 @@ def no_task_message(*, round: Round, worker: Worker, device: str) -> str:
     valid, inflight = f"valid_{device}", f"inflight_{device}"
     open_targets = round.targets.filter(**{f"{valid}__lt": quota})
     if not open_targets.exists():
-        return _("This study has all the answers it needs for your device. Thank you for your interest!")
+        return SessionStartRefused(
+            _("This study has all the answers it needs for your device. Thank you for your interest!")
+        )
     seen = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
         "target__instance__image_id"
     )
     unseen = open_targets.exclude(instance__image_id__in=seen)
     unseen_images = unseen.values("instance__image_id").distinct().count()
     if unseen_images < least_batch(study=study, count=study.batch_size):
-        return str(NO_IMAGES_LEFT_MESSAGE)
+        return SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
     waiting = unseen.filter(**{f"{inflight}__gt": 0}).exists()
     if not waiting:
-        return str(NO_IMAGES_LEFT_MESSAGE)
-    minutes = max(1, math.ceil(study_wait_hint_s(study=study) / 60))
-    return _(
+        return SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
+    hint_s = study_wait_hint_s(study=study)
+    minutes = max(1, math.ceil(hint_s / 60))
+    message = _(
         "All the remaining images are being worked on by other participants right now. Some may come back "
         "if a participant leaves: please try again in about %(minutes)s minute(s)."
     ) % {"minutes": minutes}
+    return SessionStartRefused(message, retry_after_s=max(1, math.ceil(min(hint_s, settings.WAIT_RECHECK_S))))
 
 
 def _bounded_client_info(info: dict) -> dict:

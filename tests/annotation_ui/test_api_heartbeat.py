@@ -59,10 +59,43 @@ def test_a_heartbeat_keeps_the_batch_and_answers_in_the_api_error_shape(study):
     assert (status, body) == (200, {"ok": True, "status": "started", "reclaimed": False, "kept": [],
                                     "replaced": [], "dropped": []})  # fmt: skip
     assert Session.objects.get(pk=session.pk).last_seen_at is not None
-    status, body = _post(token, "heartbeat", {"visibility": "gone"})
-    assert status == 400 and body["field"] == "visibility" and "'gone'" in body["message"]
+    status, body = _post(token, "heartbeat", {"visibility": "vanished"})
+    assert status == 400 and body["field"] == "visibility" and "'vanished'" in body["message"]
     status, body = _post("forged", "heartbeat", {})
     assert status == 404 and body["field"] == "token"
+
+
+def test_the_pagehide_beacon_releases_a_closed_tabs_batch_soon_and_a_reload_keeps_it(study, client, settings):
+    """``visibility: gone`` (the player's pagehide beacon) is no sign of life: LEAVE_GRACE_S later the batch
+    is released, long before the grace period, unless the page was heard from again (a reload is: the
+    player page served counts)."""
+    settings.LEAVE_GRACE_S = 10
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    present_trials(session)
+    token = session_token_make(session_id=session.pk)
+    assert study.reservation_grace_s >= 60
+    status, body = _post(token, "heartbeat", {"visibility": "gone"})
+    assert status == 200 and body["status"] == "started" and not body["reclaimed"]
+    left = Session.objects.get(pk=session.pk)
+    assert left.left_at is not None and left.last_seen_at is None, "the beacon is not a sign of life"
+
+    # a reload: the beacon of the page going away, then the page served again
+    page = client.get(reverse("annotation_ui:player", kwargs={"token": token}))
+    assert page.status_code == 200
+    soon = left.left_at + timedelta(seconds=11)
+    assert sessions_release_stale(now=soon) == 0, "a reload keeps its batch"
+    assert Trial.objects.filter(session=session, holds_slot=True).count() == 4
+
+    # the tab closed: the beacon, and nothing after it
+    assert _post(token, "heartbeat", {"visibility": "gone"})[0] == 200
+    closed_at = Session.objects.get(pk=session.pk).left_at
+    assert sessions_release_stale(now=closed_at + timedelta(seconds=5)) == 0, "not before LEAVE_GRACE_S"
+    assert sessions_release_stale(now=closed_at + timedelta(seconds=11)) == 1
+    assert Trial.objects.filter(session=session, holds_slot=True).count() == 0
+    assert all(inflight == 0 for inflight in Target.objects.values_list("inflight_pc", flat=True))
+    # the worker comes back after all: the batch is re-reserved, as after a grace-period release
+    status, body = _post(token, "heartbeat", {"visibility": "visible"})
+    assert status == 200 and body["reclaimed"] and body["kept"] == [0, 1, 2, 3]
 
 
 def test_a_released_trial_refuses_its_click_and_the_heartbeat_brings_the_batch_back(study):
@@ -114,12 +147,20 @@ def test_no_task_available_says_temporary_or_final_in_the_workers_language(study
     assert waiting.status_code == 409 and "being worked on by other participants" in text
     minutes = -(-(study.reservation_grace_s + 30) // 60)
     assert re.search(rf"try again in about {minutes} minute", text), text
+    # the waiting page asks again by itself: a form posting the entry back, its countdown, Retry-After
+    assert waiting["Retry-After"] == "30" and 'data-retry-after="30"' in text
+    assert 'id="wait-form" method="post"' in text and 'name="device" value="pc"' in text
+    assert "player/waiting" in text and "asks again by itself every 30 seconds" in text
     russian = Client().post(url, {"device": "pc"}, **RUSSIAN).content.decode()
     assert "размечают другие участники" in russian and f"через {minutes}" in russian
+    assert "сама спросит снова" in russian
 
     Target.objects.filter(round__study=study).update(valid_pc=1, inflight_pc=0)
     done = Client().post(url, {"device": "pc"})
     assert done.status_code == 409 and "all the answers it needs for your device" in done.content.decode()
+    assert "Retry-After" not in done and b"wait-form" not in done.content, (
+        "a final refusal does not ask again"
+    )
     russian = Client().post(url, {"device": "pc"}, **RUSSIAN).content.decode()
     assert "собрало все нужные ответы" in russian
 

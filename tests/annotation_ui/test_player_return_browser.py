@@ -65,6 +65,9 @@ def test_a_worker_who_closes_the_tab_comes_back_to_a_finished_batch(chromium, pl
     interrupted = Trial.objects.get(session=session, position=1)
     assert interrupted.presentations, "trial 1 was on screen when the tab closed"
     page.close()
+    # Closing the tab sends the pagehide beacon (not a sign of life; the release waits for it to be stored, as a
+    # release run meeting the beacon's row lock skips the session until its next run).
+    wait_for(lambda: Session.objects.get(pk=session.pk).left_at is not None, what="the pagehide beacon")
 
     # The grace period passes without a sign of life: the release task gives trials 1 and 2 back.
     later = timezone.now() + timedelta(seconds=study.reservation_grace_s + 5)
@@ -108,3 +111,68 @@ def test_a_worker_who_closes_the_tab_comes_back_to_a_finished_batch(chromium, pl
         sorted(Target.objects.filter(round__study=study).values_list("valid_pc", "inflight_pc"))
         == [(2, 0)] * 3
     )
+
+
+def test_a_closed_tab_gives_its_images_back_within_seconds_to_a_worker_whose_waiting_page_asks_again(
+    chromium, player_server, player_settings, tmp_path
+):
+    """The pagehide beacon (issue 32 item 2): a reload keeps the batch; a closed tab's unclicked images go back
+    LEAVE_GRACE_S after it closed, long before the grace period, and a worker who was told the remaining images
+    are being worked on gets them by the waiting page's own retry, without touching it."""
+    player_settings.WAIT_RECHECK_S = 1
+    dataset = make_dataset(tmp_path, n_images=3, size=(320, 240))
+    study = make_study(dataset, publish=True, batch_size=3, min_valid_per_session=1, quota_pc=1, quota_mobile=0,
+                       image_ms=300, target_ms=400, blocked_ms=300)  # fmt: skip
+    assert study.reservation_grace_s >= 60
+    link = entry_url(player_server.url, study, "pc")
+
+    leaver = chromium.new_context(**DESKTOP)
+    page = leaver.new_page()
+    url = open_player(page, link)
+    wait_start_enabled(page)
+    press_start(page)
+    play_trial(page, 0, CENTRE, touch=False, blocked_in=())
+    wait_phase(page, 1, "B")
+    session = _session(url)
+    wait_for(lambda: Click.objects.filter(trial__session=session).count() == 1, what="trial 0's click stored")
+
+    # Another worker comes: every image is in the first one's batch, so the page says so and waits.
+    waiter = chromium.new_context(**DESKTOP).new_page()
+    waiter.goto(link)
+    waiter.wait_for_selector("#wait-form", timeout=30_000)
+    assert "being worked on by other participants" in waiter.inner_text("main")
+    assert waiter.get_attribute("#wait-form", "data-retry-after") == "1"
+
+    # A reload sends the beacon too, but the page served again is a sign of life: nothing is released.
+    page.reload()
+    page.wait_for_url("**/a/**")
+    wait_for(
+        lambda: Session.objects.get(pk=session.pk).left_at is not None, what="the reload's pagehide beacon"
+    )
+    reloaded = Session.objects.get(pk=session.pk)
+    assert reloaded.last_seen_at >= reloaded.left_at
+    soon = reloaded.left_at + timedelta(seconds=player_settings.LEAVE_GRACE_S + 1)
+    assert sessions_release_stale(now=soon) == 0
+    assert Trial.objects.filter(session=session, holds_slot=True).count() == 3
+
+    # The tab is closed: its beacon, and nothing after it.
+    page.close()
+    wait_for(
+        lambda: Session.objects.get(pk=session.pk).left_at > reloaded.left_at, what="the closed tab's beacon"
+    )
+    closed = Session.objects.get(pk=session.pk)
+    later = closed.left_at + timedelta(seconds=player_settings.LEAVE_GRACE_S + 1)
+    assert later < closed.started_at + timedelta(seconds=study.reservation_grace_s), "before the grace period"
+    assert sessions_release_stale(now=later) == 1
+    given_back = Trial.objects.filter(session=session, holds_slot=False).values_list("position", flat=True)
+    assert sorted(given_back) == [1, 2]
+
+    # The waiting page asks again by itself and gets those images.
+    waiter.wait_for_url("**/a/**", timeout=30_000)
+    newcomer = _session(waiter.url)
+    released = set(
+        Trial.objects.filter(session=session, position__in=(1, 2)).values_list("target_id", flat=True)
+    )
+    assert released <= set(newcomer.trials.values_list("target_id", flat=True))
+    wait_start_enabled(waiter)
+    leaver.close()

@@ -122,6 +122,38 @@ def test_a_released_worker_heard_from_again_is_not_expired_as_abandoned(tmp_path
     assert session.status == Session.Status.STARTED
 
 
+def test_a_silent_batch_with_nothing_to_release_expires_after_two_grace_periods(tmp_path, settings):
+    """Every task trial clicked, the batch never finished (the tab closed before the finish, or only filler
+    trials were left): nothing to release, so the clicked trials' slots come back by the abandoned expiry two
+    grace periods after the last sign of life, not at the session timeout."""
+    study = _study(tmp_path, settings, reservation_grace_s=120, session_timeout_s=1800)
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    present_trials(session, seconds_ago=30)
+    for position in range(4):
+        _click(session, position)
+    assert all(inflight == 1 for _valid, inflight in _counters(study).values())
+    heard = max(timezone.now(), session.started_at)
+    assert sessions_release_stale(now=heard + timedelta(seconds=200)) == 0, "nothing unclicked to release"
+    session.refresh_from_db()
+    assert (session.status, session.released_at) == (Session.Status.STARTED, None)
+    assert sessions_release_stale(now=heard + timedelta(seconds=241)) == 1
+    session.refresh_from_db()
+    assert (session.status, session.ended_by) == (Session.Status.EXPIRED, "grace")
+    assert all(inflight == 0 for _valid, inflight in _counters(study).values())
+    assert Trial.objects.filter(session=session, click__isnull=False).count() == 4, "its clicks stay stored"
+
+
+def test_a_silent_batch_heard_from_within_two_grace_periods_is_kept(tmp_path, settings):
+    study = _study(tmp_path, settings, reservation_grace_s=120, session_timeout_s=1800)
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    for position in range(4):
+        _click(session, position)
+    heard = max(timezone.now(), session.started_at)
+    session_heard(session_id=session.pk, now=heard + timedelta(seconds=150))
+    assert sessions_release_stale(now=heard + timedelta(seconds=300)) == 0
+    assert Session.objects.get(pk=session.pk).status == Session.Status.STARTED
+
+
 def test_every_release_path_gives_each_slot_back_exactly_once(tmp_path, settings):
     """Two workers hold the same four targets (quota 2): a path releasing a slot twice would take the other
     worker's slot with it, which ``inflight`` equal to the slots still held catches."""
