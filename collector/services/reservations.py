@@ -160,13 +160,10 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
 def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
     """Expire the study's running sessions released at least a grace period ago and not heard from since
     (``cutoff``: now minus the grace period): their workers left for good, so the slots their clicked trials
-    still hold come back too (``collector.services.monitor.session_expire_now``, ``ended_by`` "grace") instead
-    of waiting for the session timeout. Their clicks stay stored (an expired batch is not counted). A worker who
-    comes back later gets a new batch. Returns how many expired."""
-    from collector.services.monitor import (  # monitor imports allocation only
-        MonitorRefused,
-        session_expire_now,
-    )
+    still hold come back too (``collector.services.monitor.session_expire_locked`` on the row locked here, one
+    lock, ``ended_by`` "grace") instead of waiting for the session timeout. Their clicks stay stored (an expired
+    batch is not counted). A worker who comes back later gets a new batch. Returns how many expired."""
+    from collector.services.monitor import session_expire_locked  # monitor imports allocation only
 
     expired = 0
     candidates = list(
@@ -189,10 +186,7 @@ def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
                 continue
             if session.released_at > cutoff or _heard_at(session) > cutoff:
                 continue
-            try:
-                session_expire_now(session_id=session_id, by="grace", now=now)
-            except MonitorRefused:
-                continue
+            session_expire_locked(session, by="grace", now=now)
         expired += 1
         logger.info("abandoned session expired", extra={"session_id": session_id, "study_id": study_id})
     return expired
