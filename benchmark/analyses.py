@@ -274,6 +274,8 @@ def plot_task_maps(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from benchmark.plots import figure_save
+
     panels = 1 + len(models)
     figure, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 3.4), squeeze=False)
     ax = axes[0, 0]
@@ -293,11 +295,7 @@ def plot_task_maps(
         ax.set_title(name, fontsize=8)
     for ax in axes[0]:
         ax.set_axis_off()
-    figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, dpi=110)
-    plt.close(figure)
-    return out_path
+    return figure_save(figure, out_path)
 
 
 # --------------------------------------------------------------------------------------------------

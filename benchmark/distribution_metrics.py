@@ -28,6 +28,8 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from scipy.stats import kstwobign, wasserstein_distance_nd
 
+from benchmark.distance import mask_box
+
 DEFAULT_BOOTSTRAP_SETS = 100
 DEFAULT_SEED = 42
 KS_ALPHA = 0.05
@@ -52,11 +54,11 @@ def object_box(mask: np.ndarray) -> ObjectBox:
 
     Raises ValueError for an empty mask: the normalisations of PL1 and WD are undefined there.
     """
-    rows = np.flatnonzero(mask.any(axis=1))
-    cols = np.flatnonzero(mask.any(axis=0))
-    if rows.size == 0:
+    box = mask_box(mask)
+    if box is None:
         raise ValueError("object_box: the GT object mask is empty; PL1/WD need a non-empty object")
-    return ObjectBox(width_px=int(cols[-1] - cols[0] + 1), height_px=int(rows[-1] - rows[0] + 1))
+    top, bottom, left, right = box
+    return ObjectBox(width_px=right - left, height_px=bottom - top)
 
 
 def _as_points(points: np.ndarray, name: str) -> np.ndarray:

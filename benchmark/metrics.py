@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from benchmark.distance import mask_box
+
 DEFAULT_MAX_CLICKS = 20
 
 
@@ -55,14 +57,14 @@ class InstanceIoU:
         self.shape = gt.shape
         self.valid = None if ignore is None else ~ignore.astype(bool)
         self.gt_valid = gt if self.valid is None else gt & self.valid
-        self.gt_box = _bbox(self.gt_valid)
+        self.gt_box = mask_box(self.gt_valid)
         self.gt_count = int(np.count_nonzero(self.gt_valid))
 
     def __call__(self, pred: np.ndarray) -> float:
         if pred.shape != self.shape:
             raise ValueError(f"iou: prediction shape {pred.shape} differs from the GT shape {self.shape}.")
         pred = pred.astype(bool, copy=False)
-        box = _bbox(pred)
+        box = mask_box(pred)
         if box is None and self.gt_box is None:
             return 1.0
         boxes = [b for b in (box, self.gt_box) if b is not None]
@@ -76,14 +78,6 @@ class InstanceIoU:
         if union == 0:
             return 1.0
         return both / union
-
-
-def _bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
-    rows = np.flatnonzero(mask.any(axis=1))
-    if rows.size == 0:
-        return None
-    cols = np.flatnonzero(mask.any(axis=0))
-    return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
 
 
 def ritm_threshold(threshold: float) -> float:

@@ -20,6 +20,16 @@ from benchmark.datasets import Sample  # noqa: E402
 from benchmark.engine import InstanceResult  # noqa: E402
 
 
+def figure_save(figure, path: Path, *, dpi: int = 110) -> Path:
+    """Lay ``figure`` out, write it to ``path`` as a PNG (its folder created) and close it: pyplot keeps every
+    figure it made until closed, so a run that draws one per instance would grow without it. Returns ``path``."""
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
+    return path
+
+
 def plot_miou_curves(summary: dict, path: Path) -> Path:
     """mIoU vs number of clicks: baseline (black, dashed) and every group (G1 blue .. G10 red)."""
     figure, axes = plt.subplots(figsize=(6, 4))
@@ -36,11 +46,7 @@ def plot_miou_curves(summary: dict, path: Path) -> Path:
     axes.set_title(f"{summary['method']} on {summary['dataset']} ({summary['instances']} instances)")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return figure_save(figure, path)
 
 
 def plot_time_curves(summary: dict, path: Path) -> Path | None:
@@ -59,11 +65,7 @@ def plot_time_curves(summary: dict, path: Path) -> Path | None:
     axes.set_title(f"{summary['method']} on {summary['dataset']}: quality against time")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return figure_save(figure, path)
 
 
 def click_heatmap(
@@ -100,11 +102,7 @@ def plot_click_heatmap(result: InstanceResult, sample: Sample, path: Path) -> Pa
     key = result.key
     axes.set_title(f"{key.dataset} / {key.image_stem} {key.object_stem}".strip(), fontsize=9)
     axes.axis("off")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return figure_save(figure, path, dpi=100)
 
 
 def plot_heatmaps(

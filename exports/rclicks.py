@@ -132,13 +132,13 @@ def empty_study_message(
     """Why a study contributed no row, in words a researcher can act on."""
     counts = study_session_counts(study_id=study_id)
     head = f"study {study_id} ({study_name!r}): no clicks exported"
-    if counts.started + counts.finished + counts.expired == 0:
+    if counts.started == 0:
         return f"{head}: it has no sessions yet (publish it and let workers take batches)."
     if include_invalid:
-        return f"{head}: {counts.started + counts.finished + counts.expired} session(s) exist but none has a click."
+        return f"{head}: {counts.started} session(s) exist but none has a click."
     if counts.finished == 0:
         return (
-            f"{head}: no session finished ({counts.started} still running, {counts.expired} expired); only "
+            f"{head}: no session finished ({counts.in_progress} still running, {counts.expired} expired); only "
             "clicks of finished, counted sessions are exported."
         )
     parts = []

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db.models import Count, Q
+from django.db.models import Count
 
 from collector.models import Click, Session, Study, Target, Trial
+from collector.selectors.progress import session_counts
 
 #: Rows fetched from the database per round trip when streaming clicks.
 CHUNK_SIZE = 5000
@@ -259,9 +260,11 @@ def full_click_rows(*, study_ids: list[int], chunk_size: int = CHUNK_SIZE) -> It
 
 @dataclass(frozen=True)
 class StudySessionCounts:
-    """Sessions of one study by outcome, to explain an empty export."""
+    """Sessions of one study by outcome (``collector.selectors.progress.session_counts``: ``started`` is all
+    of them, ``in_progress`` those still running), to explain an empty export."""
 
     started: int
+    in_progress: int
     finished: int
     expired: int
     counted: int
@@ -272,14 +275,7 @@ class StudySessionCounts:
 
 def study_session_counts(*, study_id: int) -> StudySessionCounts:
     sessions = Session.objects.filter(study_id=study_id, is_bot=False)
-    totals = sessions.aggregate(
-        started=Count("id", filter=Q(status=Session.Status.STARTED)),
-        finished=Count("id", filter=Q(status=Session.Status.FINISHED)),
-        expired=Count("id", filter=Q(status=Session.Status.EXPIRED)),
-        counted=Count("id", filter=Q(validity=Session.Validity.COUNTED)),
-        rejected=Count("id", filter=Q(validity=Session.Validity.REJECTED)),
-        pending=Count("id", filter=Q(status=Session.Status.FINISHED, validity=Session.Validity.PENDING)),
-    )
+    totals = session_counts(sessions)
     top = (
         sessions.filter(validity=Session.Validity.REJECTED)
         .exclude(rejection_reason="")

@@ -67,13 +67,13 @@ class DistanceTransformClickModel(ClickModel):
 
 def expanded_box(mask: np.ndarray, *, expansion: float = CROP_EXPANSION) -> tuple[int, int, int, int]:
     """(x0, y0, x1, y1), exclusive ends: bbox of ``mask`` scaled by ``expansion`` about its centre, clipped."""
-    rows = np.flatnonzero(mask.any(axis=1))
-    cols = np.flatnonzero(mask.any(axis=0))
-    if rows.size == 0:
+    box = mask_box(mask)
+    if box is None:
         raise ValueError("expanded_box: empty mask")
+    top, bottom, left, right = box
     height, width = mask.shape
-    box_w, box_h = cols[-1] - cols[0] + 1, rows[-1] - rows[0] + 1
-    centre_x, centre_y = (cols[0] + cols[-1] + 1) / 2.0, (rows[0] + rows[-1] + 1) / 2.0
+    box_w, box_h = right - left, bottom - top
+    centre_x, centre_y = (left + right) / 2.0, (top + bottom) / 2.0
     new_w, new_h = int(box_w * expansion), int(box_h * expansion)
     x0 = int(centre_x - new_w / 2.0)
     y0 = int(centre_y - new_h / 2.0)

@@ -10,7 +10,7 @@ from collections import Counter
 from decimal import Decimal
 
 import numpy as np
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Least
 
 from collector.models import Round, Session, Study, Target
@@ -80,22 +80,30 @@ def study_quota_progress(*, study: Study) -> list[dict]:
     return result
 
 
+def session_counts(queryset: QuerySet[Session]) -> dict[str, int]:
+    """The sessions of ``queryset`` by status and verdict, in one query: ``started`` (all of them, whatever
+    became of them), ``in_progress`` (still running), ``finished``, ``expired`` (timed out, released and
+    abandoned, or ended by the researcher), ``counted``, ``rejected`` and ``pending`` (finished, not validated
+    yet). The progress table, the simulated annotators' card and the API's session counts all read these."""
+    return queryset.aggregate(
+        started=Count("id"),
+        in_progress=Count("id", filter=Q(status=Session.Status.STARTED)),
+        finished=Count("id", filter=Q(status=Session.Status.FINISHED)),
+        expired=Count("id", filter=Q(status=Session.Status.EXPIRED)),
+        counted=Count("id", filter=Q(validity=Session.Validity.COUNTED)),
+        rejected=Count("id", filter=Q(validity=Session.Validity.REJECTED)),
+        pending=Count("id", filter=Q(validity=Session.Validity.PENDING, status=Session.Status.FINISHED)),
+    )
+
+
 def study_session_summary(*, study: Study) -> dict:
-    """Sessions started / finished / expired / counted / rejected / pending, overall and per device,
-    and the rejection reasons (rejection_reason texts and quality-flag codes) with their counts."""
-    counts = {}
+    """Sessions by :func:`session_counts`, overall and per device, and the rejection reasons (rejection_reason
+    texts and quality-flag codes) with their counts."""
     # A corrective campaign's qualification tests take no quota and are not batches: counted apart.
     base = Session.objects.filter(study=study, is_qualification=False, is_bot=False)
-    for scope, queryset in [("all", base)] + [(device, base.filter(device=device)) for device in DEVICES]:
-        counts[scope] = queryset.aggregate(
-            started=Count("id"),
-            in_progress=Count("id", filter=Q(status=Session.Status.STARTED)),
-            finished=Count("id", filter=Q(status=Session.Status.FINISHED)),
-            expired=Count("id", filter=Q(status=Session.Status.EXPIRED)),
-            counted=Count("id", filter=Q(validity=Session.Validity.COUNTED)),
-            rejected=Count("id", filter=Q(validity=Session.Validity.REJECTED)),
-            pending=Count("id", filter=Q(validity=Session.Validity.PENDING, status=Session.Status.FINISHED)),
-        )
+    counts = {"all": session_counts(base)}
+    for device in DEVICES:
+        counts[device] = session_counts(base.filter(device=device))
     reasons: Counter[str] = Counter()
     flags: Counter[str] = Counter()
     for reason, quality_flags in base.filter(validity=Session.Validity.REJECTED).values_list(

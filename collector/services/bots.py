@@ -31,10 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 from scipy import ndimage
 
 from collector.models import Click, Session, Study, TaskIntent, Trial, Worker
+from collector.selectors.progress import DEVICES, session_counts
 from collector.services.monitor import MonitorRefused, session_expire_now
 from collector.services.outbox import task_intent_add
 from collector.services.workers import worker_create
@@ -173,7 +174,8 @@ def bots_remove(*, study_id: int) -> dict:
 
 def bot_summary(*, study: Study) -> dict | None:
     """What the study page's "Simulated annotators" card shows, or None when no bot ever ran: the batches by
-    state and verdict (under the study's batch rule), per device, the rejection reasons, and the last run
+    state and verdict (under the study's batch rule; the keys of ``collector.selectors.progress.
+    session_counts``), the same per device that ran any (``devices``), the rejection reasons, and the last run
     asked for (``requested``: bots, shares, when, whether a worker took it)."""
     last = (
         TaskIntent.objects.filter(task_name=task_names.BOTS_RUN_BOTS, args__0=study.pk)
@@ -181,25 +183,11 @@ def bot_summary(*, study: Study) -> dict | None:
         .first()
     )
     sessions = _bot_sessions(study.pk)
-    counts = sessions.aggregate(
-        started=Count("id"),
-        running=Count("id", filter=Q(status=Session.Status.STARTED)),
-        finished=Count("id", filter=Q(status=Session.Status.FINISHED)),
-        left=Count("id", filter=Q(status=Session.Status.EXPIRED)),
-        counted=Count("id", filter=Q(validity=Session.Validity.COUNTED)),
-        rejected=Count("id", filter=Q(validity=Session.Validity.REJECTED)),
-        pending=Count("id", filter=Q(status=Session.Status.FINISHED, validity=Session.Validity.PENDING)),
-    )
+    counts = session_counts(sessions)
     if last is None and not counts["started"]:
         return None
-    devices = {
-        row["device"]: row
-        for row in sessions.values("device").annotate(
-            started=Count("id"),
-            counted=Count("id", filter=Q(validity=Session.Validity.COUNTED)),
-            rejected=Count("id", filter=Q(validity=Session.Validity.REJECTED)),
-        )
-    }
+    devices = {device: session_counts(sessions.filter(device=device)) for device in DEVICES}
+    devices = {device: row for device, row in devices.items() if row["started"]}
     reasons = (
         sessions.filter(validity=Session.Validity.REJECTED)
         .values("rejection_reason")

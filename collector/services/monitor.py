@@ -58,13 +58,32 @@ def _locked_session(session_id: int) -> Session | None:
     return Session.objects.select_for_update(no_key=True, of=("self",)).filter(pk=session_id).first()
 
 
+def session_expire_locked(
+    session: Session, *, by: str = ENDED_BY_RESEARCHER, now: datetime | None = None
+) -> int:
+    """Expire ``session``, a running session whose row the caller already holds locked (call inside the
+    transaction of its ``select_for_update``, status checked there): status expired, ``ended_by = by``,
+    ``expires_at`` no later than ``now``, every slot it still holds given back. Returns how many slots came
+    back. Takes no lock of the session itself (the targets are locked in id order by ``inflight_release``)."""
+    now = now or timezone.now()
+    released = _give_back(session, _slot_trials(session, unclicked_only=False))
+    session.status = Session.Status.EXPIRED
+    session.ended_by = by
+    session.expires_at = min(session.expires_at, now)
+    session.save(update_fields=["status", "ended_by", "expires_at"])
+    logger.info(
+        "session expired",
+        extra={"session_id": session.pk, "study_id": session.study_id, "slots": released, "by": by},
+    )
+    return released
+
+
 def session_expire_now(
     *, session_id: int, by: str = ENDED_BY_RESEARCHER, now: datetime | None = None
 ) -> Session:
-    """End the running session ``session_id`` now, as ``sessions_expire`` does at its timeout: status
-    expired, ``ended_by = by``, every slot it still holds given back. Raises MonitorRefused when the session is
-    gone or no longer running (finished sessions are validated; an expired one is already ended)."""
-    now = now or timezone.now()
+    """End the running session ``session_id`` now, as ``sessions_expire`` does at its timeout: lock it, then
+    :func:`session_expire_locked`. Raises MonitorRefused when the session is gone or no longer running
+    (finished sessions are validated; an expired one is already ended)."""
     with transaction.atomic():
         session = _locked_session(session_id)
         if session is None:
@@ -73,15 +92,7 @@ def session_expire_now(
             raise MonitorRefused(
                 f"session {session_id} is {session.status}, not running: only a running session can be expired."
             )
-        released = _give_back(session, _slot_trials(session, unclicked_only=False))
-        session.status = Session.Status.EXPIRED
-        session.ended_by = by
-        session.expires_at = min(session.expires_at, now)
-        session.save(update_fields=["status", "ended_by", "expires_at"])
-    logger.info(
-        "session expired",
-        extra={"session_id": session.pk, "study_id": session.study_id, "slots": released, "by": by},
-    )
+        session_expire_locked(session, by=by, now=now)
     return session
 
 

@@ -181,13 +181,10 @@ def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
     (``cutoff``: now minus the grace period), and those never released but not heard from for two grace
     periods (a batch with nothing to release: every task trial clicked, the rest fillers, practice or
     control trials): their workers left for good, so the slots their clicked trials still hold come back too
-    (``collector.services.monitor.session_expire_now``, ``ended_by`` "grace") instead of waiting for the
-    session timeout. Their clicks stay stored (an expired batch is not counted). A worker who comes back later
-    gets a new batch. Returns how many expired."""
-    from collector.services.monitor import (  # monitor imports allocation only
-        MonitorRefused,
-        session_expire_now,
-    )
+    (``collector.services.monitor.session_expire_locked`` on the row locked here, one lock, ``ended_by``
+    "grace") instead of waiting for the session timeout. Their clicks stay stored (an expired batch is not
+    counted). A worker who comes back later gets a new batch. Returns how many expired."""
+    from collector.services.monitor import session_expire_locked  # monitor imports allocation only
 
     expired = 0
     silent_since = cutoff - (now - cutoff)  # two grace periods ago
@@ -213,10 +210,7 @@ def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
                     continue  # heard from, or the release comes first (next run)
             elif session.released_at > cutoff or heard > cutoff:
                 continue
-            try:
-                session_expire_now(session_id=session_id, by="grace", now=now)
-            except MonitorRefused:
-                continue
+            session_expire_locked(session, by="grace", now=now)
         expired += 1
         logger.info("abandoned session expired", extra={"session_id": session_id, "study_id": study_id})
     return expired

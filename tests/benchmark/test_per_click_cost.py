@@ -320,6 +320,18 @@ def test_instance_iou_equals_the_plain_iou():
         InstanceIoU(np.zeros((3, 3), bool))(np.zeros((2, 2), bool))
 
 
+def test_mask_box_by_hand():
+    """One box helper serves the clickers, the IoU, the object box and the crops: exclusive ends, (y0, y1, x0, x1)."""
+    mask = np.zeros((6, 8), bool)
+    mask[1:4, 2:7] = True
+    mask[1, 2] = False  # a hole at a corner leaves the box as it is
+    assert distance.mask_box(mask) == (1, 4, 2, 7)
+    single = np.zeros((6, 8), bool)
+    single[5, 7] = True
+    assert distance.mask_box(single) == (5, 6, 7, 8)
+    assert distance.mask_box(np.zeros((6, 8), bool)) is None
+
+
 def test_chessboard_distance_bound_holds_and_is_tight_on_scattered_holes():
     rng = np.random.default_rng(20)
     for mask in _masks(rng, 300):

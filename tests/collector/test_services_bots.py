@@ -124,7 +124,9 @@ def test_study_bots_play_a_draft_over_http_and_leave_no_trace_but_their_verdicts
 
     summary = bot_summary(study=Study.objects.get(pk=study.pk))
     assert (
-        summary["started"] == 6 and summary["counted"] + summary["rejected"] == 4 and summary["running"] == 2
+        summary["started"] == 6
+        and summary["counted"] + summary["rejected"] == 4
+        and summary["in_progress"] == 2
     )
 
     # one real worker's counted click, so the exports have a row; no bot byte in any export file

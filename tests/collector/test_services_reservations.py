@@ -110,6 +110,32 @@ def test_a_session_not_heard_from_for_the_grace_period_gives_its_unclicked_trial
     assert sessions_release_stale(now=released_at + timedelta(hours=1)) == 0  # nothing again
 
 
+def test_an_abandoned_batch_is_expired_under_one_lock_of_its_row(tmp_path, settings):
+    """The abandoned-batch expiry locks the session row once and expires it there
+    (``monitor.session_expire_locked``), not through ``session_expire_now``'s second lock of the same row."""
+    from django.test.utils import CaptureQueriesContext
+
+    study = _study(tmp_path, settings, reservation_grace_s=120)
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    present_trials(session, seconds_ago=30, positions=[0])
+    _click(session, 0)
+    released_at = max(timezone.now(), session.started_at) + timedelta(seconds=121)
+    assert sessions_release_stale(now=released_at) == 1
+
+    with CaptureQueriesContext(connection) as captured:
+        assert sessions_release_stale(now=released_at + timedelta(seconds=121)) == 1
+    session.refresh_from_db()
+    assert (session.status, session.ended_by) == (Session.Status.EXPIRED, "grace")
+    assert all(inflight == 0 for _valid, inflight in _counters(study).values())
+    if connection.features.has_select_for_update:  # SQLite drops FOR UPDATE from the statement
+        session_locks = [
+            query["sql"]
+            for query in captured.captured_queries
+            if "FOR NO KEY UPDATE" in query["sql"] and 'FROM "collector_session" ' in query["sql"]
+        ]
+        assert len(session_locks) == 1, session_locks
+
+
 def test_a_released_worker_heard_from_again_is_not_expired_as_abandoned(tmp_path, settings):
     study = _study(tmp_path, settings, reservation_grace_s=120)
     session = session_start(study=study, worker=make_worker(), device="pc")

@@ -547,3 +547,16 @@ def test_two_studies_that_built_one_task_with_other_error_rules_are_refused(smal
         ExportError, match=r"x_sample_mivos_fn.png: studies \d+ and \d+ share this task.*min_error_area_px"
     ):
         rclicks_export(study_ids=[small_study.study.pk, other.pk], out_dir=tmp_path / "out")
+
+
+@pytest.mark.django_db
+def test_a_study_without_a_finished_session_says_how_many_run_and_expired(tmp_path):
+    from tests.factories import make_dataset
+
+    study = make_study(make_dataset(tmp_path, n_images=2), publish=True)
+    target = Target.objects.filter(round__study=study).first()
+    make_clicked_session(study, status="started", validity="pending", clicks=[(target, 1.0, 1.0)])
+    for _ in range(2):
+        make_clicked_session(study, status="expired", validity="pending", clicks=[(target, 1.0, 1.0)])
+    result = rclicks_export(study_ids=[study.pk], out_dir=tmp_path / "out")
+    assert result.rows == 0 and "no session finished (1 still running, 2 expired)" in result.messages[0]

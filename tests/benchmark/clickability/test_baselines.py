@@ -54,6 +54,11 @@ def test_expanded_box_by_hand():
     edge = np.zeros((100, 100), dtype=bool)
     edge[0:10, 0:10] = True
     assert expanded_box(edge) == (0, 0, 12, 12)  # centre 5, half-width 7 -> starts at -2, clipped to 0
+    odd = np.zeros((100, 100), dtype=bool)
+    odd[40:43, 60:65] = True  # 5x3 box centred at (62.5, 41.5) -> 7x4
+    assert expanded_box(odd) == (59, 39, 66, 43)
+    with pytest.raises(ValueError, match="empty mask"):
+        expanded_box(np.zeros((4, 4), dtype=bool))
 
 
 @pytest.mark.parametrize("gray_outside", [True, False])

@@ -9,7 +9,7 @@ import pytest
 
 from collector.models import Session, Target
 from collector.selectors.budget import budget_estimate, study_budget
-from collector.selectors.progress import session_payment_state, study_progress
+from collector.selectors.progress import session_counts, session_payment_state, study_progress
 from collector.selectors.timing import (
     phase_durations_from_onsets,
     study_device_comparison,
@@ -61,6 +61,62 @@ def test_session_summary_counts_and_reasons(alice_study, three_batches):
     }  # fmt: skip
     assert summary["counts"]["pc"]["rejected"] == 1 and summary["counts"]["mobile"]["rejected"] == 0
     assert sum(r["sessions"] for r in summary["rejection_reasons"]) == 1
+
+
+def test_session_counts_by_status_and_verdict(alice_study, three_batches):
+    from collector.services.monitor import session_expire_now
+    from collector.services.sessions import session_start
+
+    session_start(study=alice_study, worker=make_worker(), device="mobile")  # running
+    session_expire_now(
+        session_id=session_start(study=alice_study, worker=make_worker(), device="pc").pk
+    )  # fmt: skip
+    make_validated_batch(alice_study, device="pc", validate=False)  # finished, not validated yet
+    bot = make_validated_batch(alice_study, device="pc")
+    Session.objects.filter(pk=bot.pk).update(is_bot=True)
+
+    every = Session.objects.filter(study=alice_study)
+    assert session_counts(every) == {
+        "started": 7, "in_progress": 1, "finished": 5, "expired": 1, "counted": 3, "rejected": 1, "pending": 1,
+    }  # fmt: skip
+    assert session_counts(every.filter(is_bot=True)) == {
+        "started": 1, "in_progress": 0, "finished": 1, "expired": 0, "counted": 1, "rejected": 0, "pending": 0,
+    }  # fmt: skip
+    counts = study_progress(study=alice_study)["sessions"]["counts"]  # no bot in the progress table
+    assert counts["all"] == session_counts(every.filter(is_bot=False))
+    assert counts["mobile"] == session_counts(every.filter(is_bot=False, device="mobile"))
+    assert (counts["all"]["in_progress"], counts["all"]["expired"], counts["all"]["pending"]) == (1, 1, 1)
+
+
+def test_the_simulated_annotators_card_shows_the_same_counts(client, alice, alice_study, three_batches):
+    from django.urls import reverse
+
+    from collector.services.bots import bot_summary
+    from collector.services.monitor import session_expire_now
+    from collector.services.sessions import session_start
+
+    counted_pc, rejected_pc, counted_mobile = three_batches
+    running = session_start(study=alice_study, worker=make_worker(), device="pc")
+    left = session_start(study=alice_study, worker=make_worker(), device="pc")
+    session_expire_now(session_id=left.pk)
+    bots = Session.objects.filter(pk__in=[counted_pc.pk, rejected_pc.pk, running.pk, left.pk])
+    bots.update(is_bot=True)
+
+    summary = bot_summary(study=alice_study)
+    assert summary is not None
+    assert {key: summary[key] for key in session_counts(bots)} == session_counts(bots) == {
+        "started": 4, "in_progress": 1, "finished": 2, "expired": 1, "counted": 1, "rejected": 1, "pending": 0,
+    }  # fmt: skip
+    assert set(summary["devices"]) == {"pc"} and summary["devices"]["pc"] == session_counts(bots)
+
+    client.force_login(alice)
+    page = client.get(reverse("researcher:study_detail", args=[alice_study.pk])).content.decode()
+    card = page[page.index('id="bots-summary"') :]
+    assert (
+        '<b class="bots-counted">1 counted</b>' in card and '<b class="bots-rejected">1 rejected</b>' in card
+    )
+    assert "2 finished, 1 expired (left mid-batch, or ended)" in card
+    assert '<tr class="bots-pc"><td>pc</td><td class="num">4</td>' in card and "bots-mobile" not in card
 
 
 def test_batch_times_cover_finished_batches(alice_study, three_batches):
