@@ -1,8 +1,7 @@
 """The annotator API's limits for the one bounded JSON parser (``config.json_bodies``).
 
-Every annotator request body goes through :class:`AnnotatorJSONParser` (or, ahead of DRF in
-``annotation_ui.fast_click``, :func:`parse_body`) before a serializer or a service sees it: at most
-:data:`MAX_BODY_BYTES`, objects/arrays at most :data:`MAX_DEPTH` deep, integers of at most
+Every annotator request body goes through :class:`AnnotatorJSONParser` before a serializer or a service sees it:
+at most :data:`MAX_BODY_BYTES`, objects/arrays at most :data:`MAX_DEPTH` deep, integers of at most
 :data:`MAX_INT_DIGITS` digits, printable strings only (line breaks allowed in values), a JSON object.
 The field rules (types, ranges, lengths) are the serializers' (``annotation_ui.serializers``).
 """
@@ -10,7 +9,6 @@ The field rules (types, ranges, lengths) are the serializers' (``annotation_ui.s
 from __future__ import annotations
 
 from config.json_bodies import BodyRefused, BoundedJSONParser, Limits, string_fault
-from config.json_bodies import parse_body as _parse_body
 
 MAX_BODY_BYTES = 16_000
 #: Top-level object = 1; ``client_info`` or ``phase_onsets_ms`` = 2; a value inside them = 3.
@@ -21,12 +19,7 @@ LIMITS = Limits(
     object_only=True,
 )  # fmt: skip
 
-__all__ = ["MAX_BODY_BYTES", "AnnotatorJSONParser", "BodyRefused", "parse_body", "string_fault"]
-
-
-def parse_body(raw: bytes):
-    """One annotator body parsed and checked (see the module docstring); raises BodyRefused."""
-    return _parse_body(raw, LIMITS)
+__all__ = ["MAX_BODY_BYTES", "AnnotatorJSONParser", "BodyRefused", "string_fault"]
 
 
 class AnnotatorJSONParser(BoundedJSONParser):

@@ -19,7 +19,7 @@ from collector.services.stimuli import target_stimuli_ensure
 
 
 def click_answer(receipt, *, session_id: int, carried: dict | None) -> dict:
-    """The click endpoint's body (the DRF view's and the fast path's): the stored click, and how the next
+    """The click endpoint's body (the DRF view's): the stored click, and how the next
     trial's report it ``carried`` was recorded (by the click's statement, else here, on its own)."""
     body = {
         "ok": True,

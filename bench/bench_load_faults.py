@@ -39,9 +39,17 @@ baseline's.
     .venv/bin/python bench/bench_load_faults.py --annotators 1000 --clients 2
     .venv/bin/python bench/bench_load_faults.py --annotators 200 --faults worker,broker --drop 0.05
 
+``--against REF`` (default 322004d, the commit before issue 35's single annotator path) also runs the same phases
+against REF's code in the same run: a throw-away ``git worktree`` of REF, its own temporary services, the same
+arguments, the same load generator (this file's). REF runs first, then the working tree; both sustained rates
+(baseline and fault phase) are printed with their ratios, and the run fails when a ratio is below
+``--min-ratio`` (default 0.8). ``--against none`` measures the working tree alone.
+
+    .venv/bin/python bench/bench_load_faults.py --short --against 322004d
+
 Exit status 1 when anything was lost or duplicated, a click was stored flagged ``not_presented`` or
 ``replayed``, a finished session stayed unvalidated, an annotator could not finish, or a 500 was answered in
-either phase.
+either phase (of either code, with ``--against``), or a sustained ratio is below ``--min-ratio``.
 """
 
 from __future__ import annotations
@@ -68,6 +76,9 @@ from collections import Counter
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: The code the stack runs (``--code``: a worktree of ``--against``'s REF); the load generator is always this file.
+CODE_ROOT = PROJECT_ROOT
+DEFAULT_AGAINST = "322004d"
 ALL_FAULTS = ("worker", "broker", "web", "postgres")
 BATCH = 10
 #: Each timed phase of the suite's study (A image, B target, C blocked), ms: short, so a run takes seconds per batch.
@@ -370,7 +381,7 @@ class Proc:
 
     def start(self, *, wait_s: float = 60) -> None:
         with open(self.log, "ab") as handle:
-            self.popen = subprocess.Popen(self.cmd, cwd=PROJECT_ROOT, env=self.env, stdout=handle,
+            self.popen = subprocess.Popen(self.cmd, cwd=CODE_ROOT, env=self.env, stdout=handle,
                                           stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         if self.port:
             wait_port(self.port, wait_s, self.name)
@@ -674,6 +685,16 @@ def main(argv=None) -> int:
     )  # fmt: skip
     parser.add_argument("--short", action="store_true", help="100 annotators, all faults, 1 client process")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    parser.add_argument(
+        "--against", default=DEFAULT_AGAINST,
+        help="a git commit (or none): run the same phases against its code too, in the same run, and compare",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-ratio", type=float, default=0.8, help="fail when a sustained rate is below this x REF's"
+    )
+    # internal: one measurement of the code under --code, its figures written to --result as JSON
+    parser.add_argument("--code", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.short:
         args.annotators, args.clients, args.faults, args.ramp = 100, 1, ",".join(ALL_FAULTS), 0.0
@@ -682,6 +703,79 @@ def main(argv=None) -> int:
     unknown = set(faults) - set(ALL_FAULTS)
     if unknown:
         parser.error(f"--faults: unknown {sorted(unknown)}; choose from {', '.join(ALL_FAULTS)} or none")
+    if args.code is None and args.against.lower() != "none":
+        return compare(args, argv if argv is not None else sys.argv[1:])
+    return measure(args, faults)
+
+
+def _measure_in_child(code: Path, argv: list[str], result: Path) -> tuple[int, dict | None]:
+    """One whole measurement (services, both phases) of ``code`` in a process of its own, so its Django
+    imports come from ``code``; returns its exit status and figures."""
+    command = [
+        sys.executable,
+        __file__,
+        *argv,
+        "--against",
+        "none",
+        "--code",
+        str(code),
+        "--result",
+        str(result),
+    ]
+    rc = subprocess.run(command, cwd=code).returncode
+    return rc, (json.loads(result.read_text()) if result.exists() else None)
+
+
+def _git(*cmd: str) -> str:
+    done = subprocess.run(["git", "-C", str(PROJECT_ROOT), *cmd], check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def compare(args, argv: list[str]) -> int:
+    """``--against``: REF's code, then the working tree's, each measured whole; their sustained rates compared."""
+    ref = _git("rev-parse", "--verify", f"{args.against}^{{commit}}")
+    head = _git("rev-parse", "--short", "HEAD")
+    dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no") else ""
+    tmp = Path(tempfile.mkdtemp(prefix="clicklab-bench-against-"))
+    worktree = tmp / "ref"
+    try:
+        _git("worktree", "add", "--detach", str(worktree), ref)
+        print(f"bench_load_faults --against {args.against}: {ref[:10]} in {worktree}, then HEAD {head}{dirty}",
+              flush=True)  # fmt: skip
+        print(f"\n######## REF {ref[:10]}", flush=True)
+        ref_rc, ref_result = _measure_in_child(worktree, argv, tmp / "ref.json")
+        print(f"\n######## HEAD {head}{dirty}", flush=True)
+        head_rc, head_result = _measure_in_child(PROJECT_ROOT, argv, tmp / "head.json")
+    finally:
+        subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "remove", "--force", str(worktree)],
+                       capture_output=True)  # fmt: skip
+        subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "prune"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n== HEAD {head}{dirty} against REF {ref[:10]} (same arguments, one after the other)")
+    bad = [f"REF run exited {ref_rc}"] * bool(ref_rc) + [f"HEAD run exited {head_rc}"] * bool(head_rc)
+    if ref_result is None or head_result is None:
+        bad.append("a run gave no figures")
+    else:
+        for phase in ("baseline", "faults"):
+            ours, theirs = head_result.get(phase), ref_result.get(phase)
+            if not ours or not theirs:
+                continue
+            ratio = ours["sustained"] / theirs["sustained"] if theirs["sustained"] else math.nan
+            print(f"   {phase}: sustained {ours['sustained']:.1f} clicks/s (HEAD) vs {theirs['sustained']:.1f} "
+                  f"(REF): x{ratio:.2f}; server click p99 {ours['server_click_ms']['p99']:.1f} vs "
+                  f"{theirs['server_click_ms']['p99']:.1f} ms; wall {ours['wall_s']:.1f} vs {theirs['wall_s']:.1f} s")  # fmt: skip
+            if not ratio >= args.min_ratio:
+                bad.append(f"{phase}: sustained x{ratio:.2f} of REF's, below --min-ratio {args.min_ratio}")
+    print(
+        "FAILED: " + "; ".join(bad)
+        if bad
+        else f"OK: both runs clean, sustained at least x{args.min_ratio} of REF's"
+    )
+    return 1 if bad else 0
+
+
+def measure(args, faults: tuple[str, ...]) -> int:
+    """One measurement of ``CODE_ROOT``'s code: the services, the baseline phase, the fault phase."""
 
     tmp = Path(tempfile.mkdtemp(prefix="clicklab-bench-faults-"))
     os.chmod(tmp, 0o755)
@@ -780,6 +874,8 @@ def main(argv=None) -> int:
             if bad
             else "OK: nothing lost, nothing duplicated, no 500, all validated"
         )
+        if args.result is not None:
+            args.result.write_text(json.dumps({"baseline": baseline, "faults": faulted, "bad": bad}))
         return 1 if bad else 0
     finally:
         for name in ("web", "worker", "relay", "redis"):
@@ -798,5 +894,7 @@ if __name__ == "__main__":
         spec = json.loads(Path(sys.argv[2]).read_text())
         Path(sys.argv[3]).write_text(json.dumps(asyncio.run(_client_main(spec))))
         sys.exit(0)
-    sys.path.insert(0, str(PROJECT_ROOT))
+    if "--code" in sys.argv:  # the stack runs (and this process imports) that code's Django project
+        CODE_ROOT = Path(sys.argv[sys.argv.index("--code") + 1]).resolve()
+    sys.path.insert(0, str(CODE_ROOT))
     sys.exit(main())

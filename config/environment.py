@@ -291,15 +291,6 @@ VARIABLES: tuple[Variable, ...] = (
         "annotators",
     ),
     Variable(
-        "CLICK_FAST_PATH",
-        "bool",
-        True,
-        "`true`: stored clicks and recorded presentations are answered "
-        "ahead of the rest of the middleware and DRF (`annotation_ui/fast_click.py`); `false`: by the "
-        "DRF views (the same answers, at more CPU per request)",
-        "annotators",
-    ),
-    Variable(
         "CLICKLAB_SEGMENTER_CHECKPOINTS",
         "str",
         "",

@@ -1,7 +1,7 @@
 """The bounded JSON parser of the three APIs: a body is checked before a serializer, a view or a service reads it.
 
-:class:`BoundedJSONParser` (DRF parser for ``application/json``) and :func:`parse_body` (the same for code ahead
-of DRF, ``annotation_ui.fast_click``) refuse, as :class:`BodyRefused` (a 400 ``invalid_json`` in the error
+:class:`BoundedJSONParser` (DRF parser for ``application/json``, which reads the body with :func:`parse_body`)
+refuses, as :class:`BodyRefused` (a 400 ``invalid_json`` in the error
 envelope of ``config.api_errors``, ``field`` the dotted path of the value at fault when there is one):
 
 * a body larger than ``max_body_bytes`` (the ``Content-Length`` is checked before reading);

@@ -81,16 +81,12 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # Content-Security-Policy on every answer, the fast path's too (it answers from below); a framed
-    # platform's page gets its frame-ancestors through collector.platforms.framing
+    # Content-Security-Policy on every answer; a framed platform's page gets its frame-ancestors through
+    # collector.platforms.framing
     "csp.middleware.CSPMiddleware",
     # a request whose database connection broke (a PostgreSQL restart) runs once more when that is safe: a GET,
-    # the annotator API's idempotent POSTs (config/unavailable.py). Wraps the fast path below
+    # the annotator API's idempotent POSTs (config/unavailable.py)
     "config.unavailable.DatabaseRetryMiddleware",
-    # a stored click or a recorded presentation (the busiest endpoints' common case) answered without the
-    # layers below and DRF; anything else continues down (annotation_ui/fast_click.py). After Security: SSL
-    # redirect, host check, security headers
-    "annotation_ui.fast_click.ClickFastPathMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -250,9 +246,6 @@ REST_FRAMEWORK = {
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
-# annotation_ui.fast_click: stored clicks and recorded presentations answered before the other middleware and
-# DRF (off: every request takes the DRF view; the answers are the same)
-CLICK_FAST_PATH = read("CLICK_FAST_PATH")
 # PostgreSQL (config.postgresql): a new connection refused for the moment (a restart) is tried again for up
 # to this many seconds before the request gets its 503.
 DB_CONNECT_WAIT_S = read("CLICKLAB_DB_CONNECT_WAIT_S")

@@ -3,7 +3,7 @@
 PostgreSQL restarts (a failover, a minor upgrade, an OOM kill) break the connections a request holds; the
 query raises ``OperationalError`` / ``InterfaceError`` and Django would answer 500.
 
-``DatabaseRetryMiddleware`` (in MIDDLEWARE right after WhiteNoise, so it wraps the click fast path too) runs a
+``DatabaseRetryMiddleware`` (in MIDDLEWARE right after WhiteNoise and the CSP middleware, above the rest) runs a
 request whose database connection broke a second time, once, when running it twice is harmless
 (``retry_safe``): a GET or HEAD (not a crowd platform's entry, which starts sessions and may ask the
 platform, nor a corrective campaign's endpoint), and the annotator API's POSTs that are idempotent by design:

@@ -5,12 +5,11 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
 
-# Import the URL configuration (and with it every view module) now, while the worker boots, rather than in
-# the first request each gunicorn worker answers: under a burst of arrivals that request would hold its thread
-# for the imports (about a second) while the others wait for the GIL.
 from django.urls import URLPattern, URLResolver, get_resolver  # noqa: E402  (after Django is set up)
+from django.utils.module_loading import import_string  # noqa: E402
 
-get_resolver().url_patterns  # noqa: B018  (the attribute's lookup is the import)
+#: the apps' own boot steps, by dotted name (config imports no app module)
+APP_WARM_STEPS = ("annotation_ui.warm.annotator_api_warm",)
 
 
 def _warm_openapi(patterns) -> None:
@@ -37,4 +36,21 @@ def _warm_openapi(patterns) -> None:
                 warm(**pattern.callback.view_initkwargs)
 
 
-_warm_openapi(get_resolver().url_patterns)
+def warm_process() -> None:
+    """What each gunicorn worker does once at boot, before it serves a request, so no request of a burst pays
+    for it (each cost a request its thread for up to a second while the others waited for the GIL):
+
+    * the URL configuration, and with it every view module;
+    * the apps' steps (``APP_WARM_STEPS``: the annotator API's platform adapters, broker transport and
+      validators, ``annotation_ui.warm``);
+    * drf-spectacular's extension classes and the kept schemas (``_warm_openapi``).
+
+    Connects nowhere (tests/config/test_wsgi_warm.py)."""
+    resolver = get_resolver()
+    resolver.url_patterns  # noqa: B018  (the attribute's lookup is the import)
+    for step in APP_WARM_STEPS:
+        import_string(step)()
+    _warm_openapi(resolver.url_patterns)
+
+
+warm_process()

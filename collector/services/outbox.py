@@ -54,7 +54,7 @@ def _error_text(exc: BaseException) -> str:
 def broker_warm() -> None:
     """Once per process: import what the first send of a process would import: the broker's transport module (creating the
     transport object; it connects on first use, not here) and Celery's message machinery. The web worker
-    calls it at boot (``annotation_ui.fast_click``), where these imports otherwise fell on the first finish
+    calls it at boot (``config.wsgi.warm_process``), where these imports otherwise fell on the first finish
     (4 % of the web workers' time in a profile of the load suite, mid-burst)."""
     with celery_app.connection_for_write() as broker:
         broker.transport  # noqa: B018  (the attribute creates the transport)

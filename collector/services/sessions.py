@@ -56,11 +56,6 @@ logger = logging.getLogger(__name__)
 
 
 DEVICES = ("pc", "mobile")
-POINTER_TYPES = ("mouse", "touch", "pen", "")
-MAX_KEY_LENGTH = 64
-#: Upper bound for client-reported lists/dicts stored on a trial, so a hostile client cannot bloat rows.
-MAX_FLAGS = 20
-MAX_PHASE_KEYS = 20
 MAX_CLIENT_INFO_BYTES = 8000
 MAX_PROBLEMS = 50
 #: A click may arrive this much sooner than phases A + B + C after the trial's ``presented`` report
@@ -390,56 +385,6 @@ def session_client_report(
 
 # --------------------------------------------------------------------------------------------------
 # clicks
-
-
-def _finite(name: str, value, *, minimum: float | None = None) -> float:
-    if isinstance(value, bool):
-        raise ClickRefused(f"{name}={_shown(value)} is not a number.", field=name)
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ClickRefused(f"{name}={_shown(value)} is not a number.", field=name) from None
-    if not math.isfinite(number):
-        raise ClickRefused(f"{name}={_shown(value)} is not a finite number.", field=name)
-    if minimum is not None and number < minimum:
-        raise ClickRefused(f"{name}={number} is below {minimum}.", field=name)
-    return number
-
-
-def _shown(value) -> str:
-    """A bounded repr for messages (a 5,000-digit integer has no repr in Python 3.11+)."""
-    try:
-        text = repr(value)
-    except ValueError:
-        return f"<{type(value).__name__} too large to show>"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _optional_finite(name: str, value) -> float | None:
-    return None if value is None else _finite(name, value)
-
-
-def _clean_phase_onsets(phase_onsets_ms, *, name: str = "phase_onsets_ms") -> dict:
-    if phase_onsets_ms is None:
-        return {}
-    if not isinstance(phase_onsets_ms, dict) or len(phase_onsets_ms) > MAX_PHASE_KEYS:
-        raise ClickRefused(
-            f"{name} must be an object of at most {MAX_PHASE_KEYS} phase names to milliseconds.", field=name
-        )
-    cleaned = {}
-    for key, value in phase_onsets_ms.items():
-        if isinstance(value, dict | list):
-            raise ClickRefused(f"{name}[{_shown(key)}] must be a number.", field=name)
-        cleaned[str(key)[:20]] = _optional_finite(f"{name}[{_shown(key)}]", value)
-    return cleaned
-
-
-def _clean_flags(flags) -> list[str]:
-    if flags is None:
-        return []
-    if not isinstance(flags, list) or len(flags) > MAX_FLAGS:
-        raise ClickRefused(f"flags must be a list of at most {MAX_FLAGS} strings.", field="flags")
-    return sorted({str(flag)[:40] for flag in flags})
 
 
 @dataclass(frozen=True)
@@ -853,7 +798,7 @@ def click_ingest(  # noqa: C901
     ``INSERT ... ON CONFLICT DO NOTHING``: a retry with the same key answers the stored click with
     created=False. No lock is taken: a finish can only succeed once every trial has its click, and a
     click for a trial that has one conflicts. The common case (a started session, the trial presented and
-    its phase D due, valid values) is one statement on PostgreSQL: read the session's trials, insert the
+    its phase D due) is one statement on PostgreSQL: read the session's trials, insert the
     click and update its trial (``_click_in_one_statement``); a retry is the same statement, inserting
     nothing. Every other case, and SQLite, is decided in Python on the rows read, and a click still due is
     inserted by ``_insert_click`` (one more statement).
@@ -863,55 +808,32 @@ def click_ingest(  # noqa: C901
     ``next_presentation`` holds the answer; otherwise that is None and the caller records it
     (``services.presentations.trial_presented_attached``).
 
+    The values are as ``annotation_ui.serializers.ClickIn`` validates them (the one declaration of a click's
+    fields: types, ranges, finiteness, lengths); this checks only what the session's rows decide.
+
     Raises ClickRefused (``reason``: session_closed, session_expired, no_trial, trial_done, key_reused,
-    click_too_early, click_before_phase_d, invalid) and Session.DoesNotExist.
+    trial_released, click_too_early, click_before_phase_d) and Session.DoesNotExist.
     """
-    key = str(idempotency_key or "").strip()
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise ClickRefused(
-            f"idempotency_key must be 1-{MAX_KEY_LENGTH} characters; got {_shown(idempotency_key)}.",
-            field="idempotency_key",
-        )
-    # The click's own values are checked first, but a refusal of them is raised only where the API's order
-    # puts it (after the idempotent replay and the reused key, which need the session's rows).
-    invalid: ClickRefused | None = None
-    try:
-        values = {
-            "x": _finite("x", x),
-            "y": _finite("y", y),
-            "shown_width": _finite("shown_width", shown_width, minimum=1.0),
-            "shown_height": _finite("shown_height", shown_height, minimum=1.0),
-            "reaction_ms": _optional_finite("reaction_ms", reaction_ms),
-            "event_timestamp_ms": _optional_finite("event_timestamp_ms", event_timestamp_ms),
-        }
-        if pointer_type not in POINTER_TYPES:
-            raise ClickRefused(
-                f"pointer_type={_shown(pointer_type)} must be one of mouse, touch, pen.", field="pointer_type"
-            )
-        try:
-            blocked = int(blocked_clicks or 0)
-        except (TypeError, ValueError):
-            raise ClickRefused(
-                f"blocked_clicks={_shown(blocked_clicks)} is not an integer.", field="blocked_clicks"
-            ) from None
-        if not 0 <= blocked <= 10000:
-            raise ClickRefused(
-                f"blocked_clicks={blocked} must be between 0 and 10000.", field="blocked_clicks"
-            )
-        onsets = _clean_phase_onsets(phase_onsets_ms, name="phase_onsets_ms")
-        scheduled = _clean_phase_onsets(scheduled_onsets_ms, name="scheduled_onsets_ms")
-        wait = _finite("load_wait_ms", load_wait_ms or 0.0, minimum=0.0)
-        clean_flags = _clean_flags(flags)
-        refresh = _optional_finite("refresh_hz", refresh_hz)
-    except ClickRefused as refused:
-        invalid = refused
+    # The values are the click contract's: ``annotation_ui.serializers.ClickIn`` declared and validated them
+    # (types, ranges, finiteness, lengths) before this runs; what is decided here is what the rows decide.
+    key = idempotency_key
+    values = {
+        "x": float(x),
+        "y": float(y),
+        "shown_width": float(shown_width),
+        "shown_height": float(shown_height),
+        "reaction_ms": reaction_ms,
+        "event_timestamp_ms": event_timestamp_ms,
+    }
+    onsets = dict(phase_onsets_ms or {})
+    scheduled = dict(scheduled_onsets_ms or {})
+    wait = float(load_wait_ms or 0.0)
+    blocked = int(blocked_clicks or 0)
+    clean_flags = sorted(set(flags or ()))
+    refresh = refresh_hz
 
     now = timezone.now()
-    if (
-        connection.vendor == "postgresql"
-        and invalid is None
-        and not _before_phase_d(values["event_timestamp_ms"], onsets)
-    ):
+    if connection.vendor == "postgresql" and not _before_phase_d(values["event_timestamp_ms"], onsets):
         # The common case in one round trip; anything else is decided below on the rows it read.
         carried = None  # the statement never records it on the clicked trial itself
         if next_presentation is not None:
@@ -945,8 +867,6 @@ def click_ingest(  # noqa: C901
         return _receipt(trial.click_pk, trial.pk, trial.position, trials, created=False)
     if any(t.click_key == key for t in trials):
         raise _key_reused(position)
-    if invalid is not None:
-        raise invalid
 
     if session.status != Session.Status.STARTED:
         raise ClickRefused(

@@ -1,5 +1,5 @@
 """Issue 35 item 4 over HTTP: an annotator link signed before a SECRET_KEY rotation keeps working while the old
-key is in SECRET_KEY_FALLBACKS (the player page, its state and a click, on the fast path too) and is refused
+key is in SECRET_KEY_FALLBACKS (the player page, its state and a click) and is refused
 once the old key is dropped."""
 
 from __future__ import annotations

@@ -207,16 +207,12 @@ def _age_presentations(session, position: int) -> None:
     Trial.objects.filter(pk=trial.pk).update(presentations=[{**e, "at": at} for e in trial.presentations])
 
 
-@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "drf-view"])
-def test_a_click_carries_the_next_trials_report_which_counts_once_however_often_it_comes(
-    session, settings, fast_path
-):
+def test_a_click_carries_the_next_trials_report_which_counts_once_however_often_it_comes(session):
     """The player reports trial 1 on trial 0's click; the click's retry, and the player's own report with the
     same id (sent when the click's answer was late), are that same showing; trial 1 is then clicked clean."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    settings.CLICK_FAST_PATH = fast_path
     present_trials(session, positions=[0])
     carried = {"position": 1, "presentation_id": "next-1"}
     with CaptureQueriesContext(connection) as statements:
@@ -247,11 +243,7 @@ def test_a_click_carries_the_next_trials_report_which_counts_once_however_often_
     assert Trial.objects.get(session=session, position=2).flags == ["replayed", "tab_hidden"]
 
 
-@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "drf-view"])
-def test_a_carried_report_the_rules_refuse_never_refuses_the_click_that_carried_it(
-    session, settings, fast_path
-):
-    settings.CLICK_FAST_PATH = fast_path
+def test_a_carried_report_the_rules_refuse_never_refuses_the_click_that_carried_it(session):
     _click(session, 1)  # trial 1 answered (in another tab)
     present_trials(session, positions=[0, 2])
     status, body = _click_carrying(session, 0, "c-0", {"position": 1, "presentation_id": "late-1"})

@@ -142,12 +142,8 @@ def _assert_503(response) -> None:
 
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "drf-view"])
-def test_a_click_on_a_connection_the_server_ended_runs_again_and_is_stored_once(
-    client, batch, settings, caplog, fast_path
-):
+def test_a_click_on_a_connection_the_server_ended_runs_again_and_is_stored_once(client, batch, caplog):
     _needs_postgresql()
-    settings.CLICK_FAST_PATH = fast_path
     session, token = batch
     _terminate_own_connection()
 
@@ -289,10 +285,9 @@ def test_a_post_outside_the_safe_set_is_a_503_and_stores_nothing(client, batch):
 @pytest.mark.one_backend
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ["api_click", "api_presented"])
-def test_a_statement_cut_while_it_runs_runs_again_on_the_fast_path(client, batch, settings, name):
+def test_a_statement_cut_while_it_runs_runs_again(client, batch, name):
     """The request waits for a row lock the test holds (a running statement) when its backend is ended."""
     _needs_postgresql()
-    settings.CLICK_FAST_PATH = True
     session, token = batch
     trial = Trial.objects.get(session=session, position=0)
     fault = _LockThenTerminate(table=Trial._meta.db_table, row_id=trial.pk, times=1)

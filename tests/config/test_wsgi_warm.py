@@ -35,6 +35,6 @@ def test_booting_the_wsgi_module_imports_the_finish_path_and_connects_nowhere(tm
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     modules = set(seen["modules"])
     for name in ("collector.platforms.toloka", "collector.platforms.mturk", "collector.platforms.prolific",
-                 "annotation_ui.api", "celery.events.dispatcher", seen["transport"]):  # fmt: skip
+                 "annotation_ui.api", "annotation_ui.warm", "celery.events.dispatcher", seen["transport"]):  # fmt: skip
         assert name in modules, f"{name} is imported by the first request, not at boot"
     assert seen["opened"] == [], f"booting the WSGI module opened connections: {seen['opened']}"
