@@ -69,7 +69,8 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     leaves = spec["leavers"] and rng.random() < spec["leave_share"]
     returns = leaves and rng.random() < spec["return_share"] / spec["leave_share"]
     leave_at = (rng.randrange(spec["batch"]), rng.choice("ABCD")) if leaves else None
-    beacon = leaves and rng.random() < spec["beacon_share"]
+    # a draw of its own, so the crowd's leavers and their moments are those of a run without beacons
+    beacon = leaves and random.Random(f"beacon-{spec['seed']}-{index}").random() < spec["beacon_share"]
 
     async def call(method, path, *, body=None, data=None, timeout_s=15):
         for attempt in range(60):
@@ -209,7 +210,7 @@ def _study_filled(study_id: int) -> bool:
 
 async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leavers: bool) -> dict:
     spec = {"annotators": args.annotators, "ramp_s": args.ramp, "link": link, "batch": args.batch,
-            "leavers": leavers, "leave_share": 0.30, "return_share": 0.10, "beacon_share": args.beacon_share,
+            "leavers": leavers, "leave_share": 0.30, "return_share": 0.10, "beacon_share": args.beacon_share, "seed": args.seed,
             "recheck_s": args.recheck / SCALE}  # fmt: skip
     log: dict = {"annotators": [], "filled": asyncio.Event(), "stages": Counter()}
     http = faults.LeanHTTP(base, max_connections=64)
