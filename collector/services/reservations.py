@@ -139,10 +139,7 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
         # a page that said it was going away at least LEAVE_GRACE_S ago.
         silent = running.filter(started_at__lte=cutoff).exclude(last_seen_at__gt=cutoff)
         gone = running.filter(left_at__lte=leave_cutoff)
-        candidates = sorted(
-            set(silent.order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
-            | set(gone.order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
-        )
+        candidates = _candidate_ids(silent, gone, limit=batch_size * 10)
         for session_id in candidates:
             with transaction.atomic():
                 session = (
@@ -176,6 +173,15 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
     return released
 
 
+def _candidate_ids(*querysets, limit: int) -> list[int]:
+    """The session ids of ``querysets`` (pre-filters of a release or expiry pass), at most ``limit`` from
+    each, in id order (the order the rows are then locked in)."""
+    ids: set[int] = set()
+    for queryset in querysets:
+        ids.update(queryset.order_by("pk").values_list("pk", flat=True)[:limit])
+    return sorted(ids)
+
+
 def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
     """Expire the study's running sessions released at least a grace period ago and not heard from since
     (``cutoff``: now minus the grace period), and those never released but not heard from for two grace
@@ -193,10 +199,7 @@ def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
     silent = running.filter(released_at__isnull=True, started_at__lte=silent_since).exclude(
         last_seen_at__gt=silent_since
     )
-    candidates = sorted(
-        set(released.order_by("pk").values_list("pk", flat=True)[:2000])
-        | set(silent.order_by("pk").values_list("pk", flat=True)[:2000])
-    )
+    candidates = _candidate_ids(released, silent, limit=2000)
     for session_id in candidates:
         with transaction.atomic():
             session = (
@@ -389,4 +392,4 @@ def session_return(*, session_id: int, now: datetime | None = None) -> dict | No
 def study_wait_hint_s(*, study: Study) -> int:
     """How long a worker told "try again later" should wait, in seconds: the grace period plus the release
     task's interval (when an abandoned batch's images come back at the latest)."""
-    return int(study.reservation_grace_s + getattr(settings, "RELEASE_STALE_EVERY_S", 30))
+    return int(study.reservation_grace_s + settings.RELEASE_STALE_EVERY_S)
