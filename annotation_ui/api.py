@@ -275,7 +275,9 @@ class Heartbeat(AnnotatorView):
         session_id = session_id_from_token(token)
         data = self.input(contract.HeartbeatIn)
         try:
-            answer = session_heartbeat(session_id=session_id, visibility=data["visibility"])
+            answer = session_heartbeat(
+                session_id=session_id, visibility=data["visibility"], page=data["page"]
+            )
         except Session.DoesNotExist:
             raise Http404(_("session not found.")) from None
         return Response({"ok": True, **answer})

@@ -365,6 +365,17 @@ class HeartbeatIn(Contract):
             "later unless heard from again."
         ),
     )
+    page = StrictInteger(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text=(
+            'With "gone": the page that is going away (the payload\'s "page"). A beacon of a page served before '
+            "the latest one (a reload's, arriving late) is ignored. Without it, the beacon counts whatever the page."
+        ),
+    )
 
 
 class FinishIn(Contract):

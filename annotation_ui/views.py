@@ -31,7 +31,7 @@ from collector.services.link_workers import (
     link_worker_cookie_name,
     link_worker_identify,
 )
-from collector.services.reservations import session_return
+from collector.services.reservations import session_page_served, session_return
 from collector.services.sessions import SessionStartRefused, session_start
 from collector.services.stimuli import stimulus_path, target_stimuli_ensure
 from collector.services.studies import StudyStateError, study_preview_round
@@ -211,6 +211,7 @@ def _player_page(request, *, session: Session, token: str):
                 status=410,
             )
     payload = session_payload(session=session, token=token)
+    payload["page"] = session_page_served(session_id=session.pk)
     context = player_context(study=session.study, payload=payload, correction=session.round.number > 1)
     context["player_url"] = reverse("annotation_ui:player", kwargs={"token": token})
     return render(request, "annotation_ui/player.html", context)

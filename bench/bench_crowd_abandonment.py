@@ -247,6 +247,25 @@ async def _crowd(name: str, args, base: str, link: str, study_id: int, *, leaver
     }
 
 
+def _timeline(study_id: int, t0_wall: float) -> None:
+    """``--timeline``: each session of the crowd's study, in start order, with its moments in seconds from the
+    crowd's start (what held the quotas' tail)."""
+    from collector.models import Session, Trial
+
+    print("   session  start released  left finished validated status   ended_by  validity tasks fillers")
+    for session in Session.objects.filter(study_id=study_id).order_by("started_at"):
+
+        def at(moment):
+            return f"{moment.timestamp() - t0_wall:8.1f}" if moment else "       -"
+
+        roles = Trial.objects.filter(session=session).values_list("role", flat=True)
+        print(
+            f"   {session.pk:7d} {at(session.started_at)} {at(session.released_at)} {at(session.left_at)}"
+            f" {at(session.finished_at)} {at(session.validated_at)} {session.status:8s} {session.ended_by or '-':9s}"
+            f" {session.validity:8s} {sum(1 for r in roles if r == 'task'):5d} {sum(1 for r in roles if r == 'filler'):7d}"
+        )
+
+
 def _pending_validations(study_id: int) -> int:
     from collector.models import Session
 
@@ -343,7 +362,16 @@ def main(argv=None) -> int:  # noqa: C901
         default=REAL["leave_grace_s"],
         help="real seconds after the pagehide beacon before a release (CLICKLAB_LEAVE_GRACE_S)",
     )
+    parser.add_argument(
+        "--no-on-demand",
+        action="store_true",
+        help="CLICKLAB_RELEASE_ON_DEMAND off: a waiting worker does not make abandoned batches give their images "
+        "back at once (as before it existed)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    parser.add_argument(
+        "--timeline", action="store_true", help="print each session's moments (crowd with leavers)"
+    )
     args = parser.parse_args(argv)
     if args.short:
         args.annotators = 60
@@ -377,6 +405,7 @@ def main(argv=None) -> int:  # noqa: C901
                "CLICKLAB_RETURN_AFTER_S": f"{1.5 * SCALED['heartbeat_s']:.3f}",
                "CLICKLAB_LEAVE_GRACE_S": f"{args.leave_grace / SCALE:.3f}",
                "CLICKLAB_WAIT_RECHECK_S": f"{args.recheck / SCALE:.3f}",
+               "CLICKLAB_RELEASE_ON_DEMAND": "false" if args.no_on_demand else "true",
                "CLICKLAB_EXPIRE_SESSIONS_EVERY_S": "5", "PLATFORM_SYNC_INTERVAL_S": "3600",
                "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING"}  # fmt: skip
         os.environ.update(env)
@@ -428,7 +457,8 @@ def main(argv=None) -> int:  # noqa: C901
             f"(20 s), come back after {SCALED['return_after_s']:.1f} s (a minute), 30-minute hold "
             f"{SCALED['hold_s']:.0f} s; release task every {RELEASE_EVERY_S} s; released {args.leave_grace / SCALE:.2f} s "
             f"({args.leave_grace:.0f} s) after a pagehide beacon, sent by {args.beacon_share:.0%} of leavers; the "
-            f"waiting page asks again every {args.recheck / SCALE:.2f} s ({args.recheck:.0f} s).\n"
+            f"waiting page asks again every {args.recheck / SCALE:.2f} s ({args.recheck:.0f} s); release on demand "
+            f"{'off' if args.no_on_demand else 'on'}.\n"
             f"{args.annotators} annotators per crowd arriving over {args.ramp:.0f} s; {n_images} images, quota "
             f"{quota} valid PC clicks each, batches of {args.batch} needing {math.ceil(0.7 * args.batch)} valid "
             f"(short batches: {args.short_batches}).",
@@ -445,6 +475,8 @@ def main(argv=None) -> int:  # noqa: C901
                 time.sleep(0.5)
             checks[name] = _check(study_id, results[name])
             checks[name]["wasted"] = _wasted(results[name], study_id, t0_wall, t0_mono)
+            if args.timeline and leavers:
+                _timeline(study_id, t0_wall)
             r, c = results[name], checks[name]
             people = r["annotators"]
             refusals = [x for a in people for x in a["refusals"]]

@@ -377,6 +377,13 @@ VARIABLES: tuple[Variable, ...] = (
         "background",
     ),
     Variable(
+        "CLICKLAB_RELEASE_ON_DEMAND",
+        "bool",
+        True,
+        "when a worker would be told the remaining images are in other workers' batches, the batches not heard from for the study's grace period give their images back at once (unclicked ones released, abandoned ones expired) instead of at the next release run and one grace period later",
+        "background",
+    ),
+    Variable(
         "CLICKLAB_WAIT_RECHECK_S",
         "float",
         30.0,

@@ -388,6 +388,9 @@ RETURN_AFTER_S = read("CLICKLAB_RETURN_AFTER_S")
 # A batch whose player said it was going away (pagehide: the tab closed) and was not heard from since is
 # released this long after the signal (a reload is heard from within it), not a grace period later.
 LEAVE_GRACE_S = read("CLICKLAB_LEAVE_GRACE_S")
+# A worker about to be told "the remaining images are being worked on": batches silent for the grace period
+# give their images back first (collector.services.reservations.sessions_release_on_demand).
+RELEASE_ON_DEMAND = read("CLICKLAB_RELEASE_ON_DEMAND")
 # A worker told "the remaining images are being worked on" gets a page that asks again this often.
 WAIT_RECHECK_S = read("CLICKLAB_WAIT_RECHECK_S")
 # Safety nets for lost messages (a killed worker on a broker without acknowledgements; the file-system

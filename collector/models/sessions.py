@@ -106,6 +106,13 @@ class Session(models.Model):
             "unclicked trials give their slots back CLICKLAB_LEAVE_GRACE_S later unless heard from since."
         ),
     )
+    page_loads = models.PositiveIntegerField(
+        default=0,
+        help_text=(
+            "How many times the player page was served. The pagehide beacon names the page it came from: a "
+            "beacon of an earlier page (a reload's, arriving after the new page was served) is ignored."
+        ),
+    )
     released_at = models.DateTimeField(
         null=True,
         blank=True,

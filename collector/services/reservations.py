@@ -125,51 +125,87 @@ def sessions_release_stale(*, now: datetime | None = None, batch_size: int = 200
         .distinct()
         .values_list("pk", "reservation_grace_s")
     )
-    leave_cutoff = now - timedelta(seconds=settings.LEAVE_GRACE_S)
     for study_id, grace_s in studies:
         cutoff = now - timedelta(seconds=grace_s)
-        holding = Trial.objects.filter(role=Trial.Role.TASK, holds_slot=True, click__isnull=True)
-        running = Session.objects.filter(
+        released += _release_silent(study_id=study_id, cutoff=cutoff, now=now, limit=batch_size * 10)
+        released += _expire_abandoned(
             study_id=study_id,
-            status=Session.Status.STARTED,
-            is_qualification=False,
-            pk__in=holding.values("session_id"),
+            released_by=cutoff,
+            heard_by=cutoff,
+            silent_since=cutoff - (now - cutoff),
+            now=now,
         )
-        # Cheap pre-filters: neither a heartbeat nor the start since the cutoff (clicks are checked below), or
-        # a page that said it was going away at least LEAVE_GRACE_S ago.
-        silent = running.filter(started_at__lte=cutoff).exclude(last_seen_at__gt=cutoff)
-        gone = running.filter(left_at__lte=leave_cutoff)
-        candidates = _candidate_ids(silent, gone, limit=batch_size * 10)
-        for session_id in candidates:
-            with transaction.atomic():
-                session = (
-                    Session.objects.select_for_update(no_key=True, skip_locked=True)
-                    .filter(pk=session_id)
-                    .first()
-                )
-                if session is None or session.status != Session.Status.STARTED:
-                    continue
-                heard = _heard_at(session)
-                left = (
-                    session.left_at is not None
-                    and session.left_at <= leave_cutoff
-                    and heard <= session.left_at
-                )
-                if heard > cutoff and not left:
-                    continue
-                count = _release_locked(session=session, now=now)
-            if count:
-                released += 1
-                logger.info(
-                    "session released",
-                    extra={
-                        "session_id": session_id,
-                        "study_id": study_id,
-                        "by": "left" if left else "grace",
-                        "trials": count,
-                    },
-                )
-        released += _expire_abandoned(study_id=study_id, cutoff=cutoff, now=now)
+    return released
+
+
+def sessions_release_on_demand(*, study: Study, device: str, now: datetime | None = None) -> int:
+    """A worker of ``study`` on ``device`` is about to be told the remaining images are in other workers'
+    batches: recycle what those workers abandoned now, not at the next release run. A batch not heard from for
+    the study's grace period gives its unclicked images back, and is expired at once, its clicked trials'
+    slots with it (when nobody waits, the beat gives a released batch one more grace period before it expires
+    it). A worker who comes back after that gets a new batch. Returns how many sessions were released or
+    expired; 0 at once when ``settings.RELEASE_ON_DEMAND`` is off or the study is corrective.
+
+    The grace period is kept as it is: a waiting worker never takes the images of a batch heard from within
+    it (measured with bench/bench_crowd_abandonment.py, releasing sooner took live batches under load and cut
+    the tail into more, shorter batches)."""
+    if not settings.RELEASE_ON_DEMAND or study.kind == "corrective":
+        return 0
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=study.reservation_grace_s)
+    count = _release_silent(study_id=study.pk, cutoff=cutoff, now=now, limit=200, device=device)
+    count += _expire_abandoned(
+        study_id=study.pk, released_by=now, heard_by=cutoff, silent_since=cutoff, now=now, device=device
+    )
+    if count:
+        logger.info("released on demand", extra={"study_id": study.pk, "device": device, "sessions": count})
+    return count
+
+
+def _release_silent(*, study_id: int, cutoff: datetime, now: datetime, limit: int, device: str = "") -> int:
+    """Release the study's running sessions (of ``device``, if given) not heard from since ``cutoff``, or
+    whose page said it was going away at least ``LEAVE_GRACE_S`` ago with nothing heard since, that still hold
+    slots of unclicked trials; returns how many were released."""
+    released = 0
+    leave_cutoff = now - timedelta(seconds=settings.LEAVE_GRACE_S)
+    holding = Trial.objects.filter(role=Trial.Role.TASK, holds_slot=True, click__isnull=True)
+    running = Session.objects.filter(
+        study_id=study_id,
+        status=Session.Status.STARTED,
+        is_qualification=False,
+        pk__in=holding.values("session_id"),
+    )
+    if device:
+        running = running.filter(device=device)
+    # Cheap pre-filters: neither a heartbeat nor the start since the cutoff (clicks are checked below), or
+    # a page that said it was going away at least LEAVE_GRACE_S ago.
+    silent = running.filter(started_at__lte=cutoff).exclude(last_seen_at__gt=cutoff)
+    gone = running.filter(left_at__lte=leave_cutoff)
+    for session_id in _candidate_ids(silent, gone, limit=limit):
+        with transaction.atomic():
+            session = (
+                Session.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=session_id).first()
+            )
+            if session is None or session.status != Session.Status.STARTED:
+                continue
+            heard = _heard_at(session)
+            left = (
+                session.left_at is not None and session.left_at <= leave_cutoff and heard <= session.left_at
+            )
+            if heard > cutoff and not left:
+                continue
+            count = _release_locked(session=session, now=now)
+        if count:
+            released += 1
+            logger.info(
+                "session released",
+                extra={
+                    "session_id": session_id,
+                    "study_id": study_id,
+                    "by": "left" if left else "grace",
+                    "trials": count,
+                },
+            )
     return released
 
 
@@ -182,20 +218,30 @@ def _candidate_ids(*querysets, limit: int) -> list[int]:
     return sorted(ids)
 
 
-def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
-    """Expire the study's running sessions released at least a grace period ago and not heard from since
-    (``cutoff``: now minus the grace period), and those never released but not heard from for two grace
-    periods (a batch with nothing to release: every task trial clicked, the rest fillers, practice or
-    control trials): their workers left for good, so the slots their clicked trials still hold come back too
-    (``collector.services.monitor.session_expire_locked`` on the row locked here, one lock, ``ended_by``
-    "grace") instead of waiting for the session timeout. Their clicks stay stored (an expired batch is not
-    counted). A worker who comes back later gets a new batch. Returns how many expired."""
+def _expire_abandoned(
+    *,
+    study_id: int,
+    released_by: datetime,
+    heard_by: datetime,
+    silent_since: datetime,
+    now: datetime,
+    device: str = "",
+) -> int:
+    """Expire the study's running sessions (of ``device``, if given) released by ``released_by`` and not heard
+    from since ``heard_by`` (the beat: both a grace period ago), and those never released but not heard from
+    since ``silent_since`` (the beat: two grace periods ago; a batch with nothing to release: every task trial
+    clicked, the rest fillers, practice or control trials): their workers left for good, so the slots their
+    clicked trials still hold come back too (``collector.services.monitor.session_expire_locked`` on the row
+    locked here, one lock, ``ended_by`` "grace") instead of waiting for the session timeout. Their clicks stay
+    stored (an expired batch is not counted). A worker who comes back later gets a new batch. Returns how many
+    expired."""
     from collector.services.monitor import session_expire_locked  # monitor imports allocation only
 
     expired = 0
-    silent_since = cutoff - (now - cutoff)  # two grace periods ago
     running = Session.objects.filter(study_id=study_id, status=Session.Status.STARTED, is_qualification=False)
-    released = running.filter(released_at__lte=cutoff).exclude(last_seen_at__gt=cutoff)
+    if device:
+        running = running.filter(device=device)
+    released = running.filter(released_at__lte=released_by).exclude(last_seen_at__gt=heard_by)
     silent = running.filter(released_at__isnull=True, started_at__lte=silent_since).exclude(
         last_seen_at__gt=silent_since
     )
@@ -211,7 +257,7 @@ def _expire_abandoned(*, study_id: int, cutoff: datetime, now: datetime) -> int:
             if session.released_at is None:
                 if heard > silent_since or _releasable_trials(session.pk).exists():
                     continue  # heard from, or the release comes first (next run)
-            elif session.released_at > cutoff or heard > cutoff:
+            elif session.released_at > released_by or heard > heard_by:
                 continue
             session_expire_locked(session, by="grace", now=now)
         expired += 1
@@ -331,22 +377,41 @@ def _reclaim_apply(
     Session.objects.filter(pk=session.pk).update(**fields)
 
 
-def session_heartbeat(*, session_id: int, visibility: str = "visible", now: datetime | None = None) -> dict:
+def session_heartbeat(
+    *, session_id: int, visibility: str = "visible", page: int | None = None, now: datetime | None = None
+) -> dict:
     """The player of ``session_id`` is open (``visibility``: "visible" or "hidden", logged only: a hidden page
     still counts as heard from). Records it, re-reserves a released batch (``session_reclaim``) and answers
     ``{"status", "reclaimed", "kept", "replaced", "dropped"}``. Raises Session.DoesNotExist.
 
     ``visibility`` "gone": the page is going away (the player's pagehide beacon). Not a sign of life: it sets
     ``Session.left_at`` only, so the batch is released ``settings.LEAVE_GRACE_S`` later unless the worker is
-    heard from again by then (a reload is)."""
+    heard from again by then (a reload is). ``page``: the page the beacon came from (``session_page_served``'s
+    number, in the player's payload). A beacon of an earlier page is ignored: a reload's beacon may be handled
+    after the new page was served, and must not mark the open page as gone. Without ``page`` the beacon counts."""
     now = now or timezone.now()
     if visibility == "gone":
-        if not Session.objects.filter(pk=session_id).update(left_at=now):
-            raise Session.DoesNotExist(f"session {session_id} does not exist.")
-        logger.info("player left", extra={"session_id": session_id})
+        sessions = Session.objects.filter(pk=session_id)
+        if not (sessions if page is None else sessions.filter(page_loads=page)).update(left_at=now):
+            if not sessions.exists():
+                raise Session.DoesNotExist(f"session {session_id} does not exist.")
+            logger.info("stale page beacon ignored", extra={"session_id": session_id, "page": page})
+        else:
+            logger.info("player left", extra={"session_id": session_id})
         status = Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
         return {"status": status, "reclaimed": False, "kept": [], "replaced": [], "dropped": []}
-    if not Session.objects.filter(pk=session_id).update(last_seen_at=now):
+    sessions = Session.objects.filter(pk=session_id)
+    if visibility == "hidden":
+        # A closing tab sends both its hidden heartbeat (visibilitychange) and its beacon, and the server may
+        # get them in either order: a hidden heartbeat after the page's own going-away signal is no sign of
+        # life. A page hidden without going away (another app in front) has no left_at and counts.
+        if not sessions.filter(left_at__isnull=True).update(last_seen_at=now):
+            if not sessions.exists():
+                raise Session.DoesNotExist(f"session {session_id} does not exist.")
+            logger.info("hidden heartbeat after the beacon ignored", extra={"session_id": session_id})
+            status = sessions.values_list("status", flat=True).first()
+            return {"status": status, "reclaimed": False, "kept": [], "replaced": [], "dropped": []}
+    elif not sessions.update(last_seen_at=now, left_at=None):  # visible: the page is back (a bfcache return)
         raise Session.DoesNotExist(f"session {session_id} does not exist.")
     reclaimed = session_reclaim(session_id=session_id, now=now)
     status = Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
@@ -387,6 +452,20 @@ def session_return(*, session_id: int, now: datetime | None = None) -> dict | No
     # The page served is a sign of life: a reload after the pagehide beacon keeps its batch.
     session_heard(session_id=session_id, now=now)
     return None
+
+
+def session_page_served(*, session_id: int, now: datetime | None = None) -> int:
+    """The player page of ``session_id`` is being served: count it (``Session.page_loads``), clear the
+    previous page's going-away signal and mark the session heard from, in one UPDATE. Returns the new page's
+    number, which its pagehide beacon sends back (``session_heartbeat``). Whatever order the previous page's
+    beacon and this UPDATE take on the row, the open page is not taken for gone: before, its ``left_at`` is
+    cleared here; after, it names a page that is no longer the latest and is ignored."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        Session.objects.filter(pk=session_id).update(
+            page_loads=F("page_loads") + 1, left_at=None, last_seen_at=now
+        )
+        return Session.objects.filter(pk=session_id).values_list("page_loads", flat=True).first() or 0
 
 
 def study_wait_hint_s(*, study: Study) -> int:

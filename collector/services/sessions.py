@@ -228,7 +228,47 @@ def session_start(
     draft study only (its round 1 prepared as a preview prepares it), taking in-flight slots as any batch.
 
     Raises SessionStartRefused with a message for the worker (study not open, no round, no targets left).
+    Before a temporary refusal (the images still wanted are in other batches), the batches abandoned by then
+    give their images back (``reservations.sessions_release_on_demand``, outside the start's transaction and
+    its locks) and the start is tried once more.
     """
+    start = functools.partial(
+        _session_start_once,
+        study=study,
+        worker=worker,
+        device=device,
+        platform_device=platform_device,
+        detected_device=detected_device,
+        user_agent=user_agent,
+        client_info=client_info,
+        platform_assignment_id=platform_assignment_id,
+        platform_batch_id=platform_batch_id,
+        is_bot=is_bot,
+    )
+    try:
+        return start()
+    except SessionStartRefused as refusal:
+        from collector.services.reservations import sessions_release_on_demand
+
+        if refusal.retry_after_s is None or not sessions_release_on_demand(study=study, device=device):
+            raise
+    return start()
+
+
+def _session_start_once(
+    *,
+    study: Study,
+    worker: Worker,
+    device: str,
+    platform_device: str,
+    detected_device: str,
+    user_agent: str,
+    client_info: dict | None,
+    platform_assignment_id: str,
+    platform_batch_id: str,
+    is_bot: bool,
+) -> Session:
+    """``session_start``'s one try: checks, then one transaction."""
     _check_start(study=study, worker=worker, device=device, is_bot=is_bot)
     if is_bot:
         study_preview_round(study_id=study.pk)  # a draft's round 1, exactly what publishing uses

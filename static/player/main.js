@@ -77,6 +77,7 @@ function reportProblem(endpoint, status, message, position) {
 // ``next_presentation``, or null when the click's first sending got no 2xx).
 const carried = new Map();
 
+let leaving = false;  // pagehide was sent (the beacon): no more heartbeats unless the page comes back
 /** The worker was away past the study's grace period and the batch was given back, then re-reserved (a
  *  heartbeat's ``reclaimed``, or a click or showing refused ``trial_released``): reload, which shows the batch
  *  as re-reserved and replays the interrupted trial from phase A. */
@@ -97,7 +98,7 @@ function sendHeartbeat(item) {
 
 /** A heartbeat into the outbox (the page is open; ``visibility``: document.visibilityState). */
 function heartbeat() {
-  if (!outbox || !payload.api.heartbeat || api.finished) { return; }
+  if (!outbox || !payload.api.heartbeat || api.finished || leaving) { return; }
   outbox.add({ kind: "heartbeat", visibility: document.hidden ? "hidden" : "visible" });
 }
 
@@ -478,10 +479,12 @@ document.addEventListener("visibilitychange", () => {
 });
 // The page going away (the tab closed, a navigation, a reload): a beacon tells the server, so a closed tab's
 // unclicked images go back to the study within seconds, not after the grace period. It is not a sign of
-// life: a reload is heard from again at once and keeps its batch (collector.services.reservations).
+// life: a reload is heard from again at once and keeps its batch (collector.services.reservations). It names
+// this page (``payload.page``), so a reload's beacon handled after the new page was served is ignored.
 window.addEventListener("pagehide", () => {
   if (PREVIEW || !payload.api.heartbeat || api.finished) { return; }
-  const body = JSON.stringify({ visibility: "gone" });
+  leaving = true;  // no heartbeat after the beacon (the visibilitychange of a closing tab comes next)
+  const body = JSON.stringify({ visibility: "gone", page: Number.isInteger(payload.page) ? payload.page : null });
   const beacon = () => {
     try {
       return Boolean(navigator.sendBeacon
@@ -494,7 +497,9 @@ window.addEventListener("pagehide", () => {
   }
 });
 // Back from the browser's page cache (the pagehide above was sent): the page is open again.
-window.addEventListener("pageshow", (event) => { if (event.persisted) { heartbeat(); } });
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) { leaving = false; heartbeat(); }
+});
 window.addEventListener("blur", () => flag("focus_lost"));
 window.addEventListener("resize", onViewportChange);
 window.addEventListener("orientationchange", onViewportChange);

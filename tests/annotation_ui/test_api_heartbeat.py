@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from collector.models import Session, Target, Trial
 from collector.services.reservations import sessions_release_stale
@@ -96,6 +97,53 @@ def test_the_pagehide_beacon_releases_a_closed_tabs_batch_soon_and_a_reload_keep
     # the worker comes back after all: the batch is re-reserved, as after a grace-period release
     status, body = _post(token, "heartbeat", {"visibility": "visible"})
     assert status == 200 and body["reclaimed"] and body["kept"] == [0, 1, 2, 3]
+
+
+def _page_number(page) -> int:
+    found = re.search(rb'"page": (\d+)', page.content)
+    assert found, "the player payload names its page"
+    return int(found.group(1))
+
+
+def test_a_reloads_beacon_handled_after_the_new_page_was_served_releases_nothing(study, settings):
+    """The race CI met: a reload's pagehide beacon may be handled after the new page was served. The beacon
+    names its page, so a beacon of an earlier page is ignored; the open page's own beacon still counts."""
+    settings.LEAVE_GRACE_S = 10
+    session = session_start(study=study, worker=make_worker(), device="pc")
+    present_trials(session)
+    token = session_token_make(session_id=session.pk)
+    player = reverse("annotation_ui:player", kwargs={"token": token})
+    first = _page_number(Client().get(player))
+    second = _page_number(Client().get(player))  # the reload, served before the first page's beacon arrives
+    assert second == first + 1
+
+    status, body = _post(token, "heartbeat", {"visibility": "gone", "page": first})
+    assert status == 200 and body["status"] == "started"
+    assert Session.objects.get(pk=session.pk).left_at is None, "an earlier page's beacon is ignored"
+    later = timezone.now() + timedelta(seconds=settings.LEAVE_GRACE_S + 1)
+    assert sessions_release_stale(now=later) == 0
+    assert Trial.objects.filter(session=session, holds_slot=True).count() == 4
+
+    # the open page closes: its own beacon counts, and the closing tab's hidden heartbeat (visibilitychange),
+    # handled after it, is no sign of life
+    assert _post(token, "heartbeat", {"visibility": "gone", "page": second})[0] == 200
+    closed_at = Session.objects.get(pk=session.pk).left_at
+    assert closed_at is not None
+    seen = Session.objects.get(pk=session.pk).last_seen_at
+    assert _post(token, "heartbeat", {"visibility": "hidden"})[0] == 200
+    assert Session.objects.get(pk=session.pk).last_seen_at == seen
+    assert sessions_release_stale(now=closed_at + timedelta(seconds=11)) == 1
+    assert Trial.objects.filter(session=session, holds_slot=True).count() == 0
+
+    # and a page served after a beacon clears it (the other order of the same race)
+    _post(token, "heartbeat", {"visibility": "visible"})  # back: re-reserved
+    assert _post(token, "heartbeat", {"visibility": "gone", "page": second})[0] == 200
+    assert Session.objects.get(pk=session.pk).left_at is not None
+    Client().get(player)
+    assert Session.objects.get(pk=session.pk).left_at is None
+
+    status, body = _post(token, "heartbeat", {"visibility": "gone", "page": "2"})
+    assert status == 400 and body["field"] == "page" and "integer" in body["message"]
 
 
 def test_a_released_trial_refuses_its_click_and_the_heartbeat_brings_the_batch_back(study):

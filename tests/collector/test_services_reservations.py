@@ -402,3 +402,61 @@ def test_a_worker_back_within_the_grace_period_replays_the_interrupted_trial_afr
         trial_presented_record(session_id=session.pk, position=0, presentation_id="back")["replayed"] is False
     )
     assert all(inflight == 1 for _v, inflight in _counters(study).values()), "no slot changed hands"
+
+
+def _silent_for(session, seconds: float) -> None:
+    """Make ``session`` look not heard from for ``seconds``: its start, its last heartbeat, its clicks'
+    arrival and its presentation reports moved into the past (session_start reads the clock itself)."""
+    from collector.models import Click
+
+    then = timezone.now() - timedelta(seconds=seconds)
+    Session.objects.filter(pk=session.pk).update(started_at=then, last_seen_at=then)
+    Click.objects.filter(trial__session=session).update(received_at=then)
+    for trial in Trial.objects.filter(session=session).exclude(presentations=[]):
+        trial.presentations = [{"id": f"moved-{trial.pk}", "at": then.isoformat()}]
+        trial.save(update_fields=["presentations"])
+
+
+def test_a_waiting_worker_gets_the_images_of_a_batch_silent_for_the_grace_period_at_once(tmp_path, settings):
+    """Release on demand: a worker who would be told the images are in other batches makes the batches not
+    heard from for the grace period give them back at once (unclicked ones released, the batch expired with
+    its clicked ones), instead of at the next release run and one more grace period later. Never sooner
+    than the grace period, and only the waiting worker's device."""
+    from collector.services.sessions import SessionStartRefused
+
+    study = _study(tmp_path, settings, quota=1, reservation_grace_s=120, session_timeout_s=1800)
+    leaver = session_start(study=study, worker=make_worker(), device="pc")
+    phone = session_start(study=study, worker=make_worker(), device="mobile")
+    present_trials(leaver, positions=[0])
+    _click(leaver, 0)
+    _silent_for(leaver, 100)
+    _silent_for(phone, 500)
+
+    with pytest.raises(SessionStartRefused) as refused:
+        session_start(study=study, worker=make_worker(), device="pc")
+    assert refused.value.retry_after_s, "temporary: within the grace period the batch stays its worker's"
+    assert Trial.objects.filter(session=leaver, holds_slot=True).count() == 4
+
+    settings.RELEASE_ON_DEMAND = False
+    _silent_for(leaver, 130)
+    with pytest.raises(SessionStartRefused):
+        session_start(study=study, worker=make_worker(), device="pc")
+    assert Session.objects.get(pk=leaver.pk).status == Session.Status.STARTED, "off: the beat's timing"
+
+    settings.RELEASE_ON_DEMAND = True
+    newcomer = session_start(study=study, worker=make_worker(), device="pc")
+    assert Trial.objects.filter(session=newcomer, role="task").count() == 4
+    leaver.refresh_from_db()
+    assert (leaver.status, leaver.ended_by) == (Session.Status.EXPIRED, "grace")
+    assert leaver.released_at is not None
+    assert Trial.objects.filter(session=leaver, click__isnull=False).count() == 1, "its click stays stored"
+    assert _counters(study) == {pk: (0, n) for pk, n in _holding(study).items()}
+    assert all(n == 1 for n in _holding(study).values())
+    assert Session.objects.get(pk=phone.pk).status == Session.Status.STARTED, "another device's batch waits"
+    assert _counters(study, "mobile") == {pk: (0, n) for pk, n in _holding(study, "mobile").items()}
+
+    # the leaver comes back: its batch was expired; a new entry would start a new one, but it has seen every
+    # image of the study, so it is told so for good
+    with pytest.raises(SessionStartRefused) as back:
+        session_start(study=study, worker=leaver.worker, device="pc")
+    assert back.value.retry_after_s is None and "no images left for you" in str(back.value)
