@@ -72,10 +72,19 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
     # a draw of its own, so the crowd's leavers and their moments are those of a run without beacons
     beacon = leaves and random.Random(f"beacon-{spec['seed']}-{index}").random() < spec["beacon_share"]
 
+    jar: dict[str, str] = {}  # one browser: the link entry's worker cookie comes back with each retry
+
     async def call(method, path, *, body=None, data=None, timeout_s=15):
         for attempt in range(60):
             try:
-                response = await http.request(method, path, json=body, data=data, timeout=timeout_s)
+                cookie = "; ".join(f"{name}={value}" for name, value in jar.items())
+                response = await http.request(
+                    method, path, json=body, data=data, timeout=timeout_s, cookie=cookie
+                )
+                for line in response.headers.get("set-cookie", "").splitlines():
+                    name, _, value = line.split(";", 1)[0].partition("=")
+                    if name.strip():
+                        jar[name.strip()] = value.strip()
             except Exception as exc:
                 log["stages"][f"{method} {path.rsplit('/', 1)[-1] or 'entry'} {type(exc).__name__}"] += 1
                 await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
@@ -199,6 +208,26 @@ async def _annotator(http, spec: dict, index: int, rng: random.Random, log: dict
         record["finished"] = response is not None and response.status_code == 200
     alive["on"] = False
     beat.cancel()
+
+
+async def _warm(base: str, link: str, *, rounds_needed: int = 3, limit_s: float = 90.0) -> float:
+    """Until the web processes answer: the port opens when gunicorn's master binds it, before its workers have
+    booted (``config.wsgi.warm_process``), so a crowd sent at once queues behind the boot and the first crowd
+    measured the boot. 32 concurrent GETs of the entry page (which creates nothing), again until three rounds
+    in a row all answer 200 within a second. Returns the seconds it took."""
+    http = faults.LeanHTTP(base, max_connections=32)
+    started, good = time.monotonic(), 0
+    try:
+        while good < rounds_needed and time.monotonic() - started < limit_s:
+            t0 = time.monotonic()
+            answers = await asyncio.gather(
+                *(http.request("GET", f"/s/{link}/", timeout=30) for _ in range(32)), return_exceptions=True
+            )
+            fine = all(not isinstance(a, BaseException) and a.status_code == 200 for a in answers)
+            good = good + 1 if fine and time.monotonic() - t0 < 1.0 else 0
+    finally:
+        await http.close()
+    return time.monotonic() - started
 
 
 def _study_filled(study_id: int) -> bool:
@@ -368,10 +397,11 @@ def main(argv=None) -> int:  # noqa: C901
         help="CLICKLAB_RELEASE_ON_DEMAND off: a waiting worker does not make abandoned batches give their images "
         "back at once (as before it existed)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     parser.add_argument(
-        "--timeline", action="store_true", help="print each session's moments (crowd with leavers)"
+        "--leavers-first", action="store_true", help="run the crowd with leavers first (order effects)"
     )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    parser.add_argument("--timeline", action="store_true", help="print each session's moments")
     args = parser.parse_args(argv)
     if args.short:
         args.annotators = 60
@@ -465,8 +495,11 @@ def main(argv=None) -> int:  # noqa: C901
             flush=True,
         )
 
+        warm_s = asyncio.run(_warm(base, studies["no leavers"][1]))
+        print(f"web processes answering after {warm_s:.1f} s of warm-up requests", flush=True)
         results, checks = {}, {}
-        for name, leavers in (("no leavers", False), ("with leavers", True)):
+        crowds = [("no leavers", False), ("with leavers", True)]
+        for name, leavers in reversed(crowds) if args.leavers_first else crowds:
             study_id, link = studies[name]
             t0_wall, t0_mono = time.time(), time.monotonic()
             results[name] = asyncio.run(_crowd(name, args, base, link, study_id, leavers=leavers))
@@ -475,7 +508,7 @@ def main(argv=None) -> int:  # noqa: C901
                 time.sleep(0.5)
             checks[name] = _check(study_id, results[name])
             checks[name]["wasted"] = _wasted(results[name], study_id, t0_wall, t0_mono)
-            if args.timeline and leavers:
+            if args.timeline:
                 _timeline(study_id, t0_wall)
             r, c = results[name], checks[name]
             people = r["annotators"]

@@ -210,7 +210,11 @@ class LeanHTTP:
             writer.close()
         self.idle.clear()
 
-    async def request(self, method: str, path: str, *, json=None, data=None, timeout: float) -> _Response:
+    async def request(
+        self, method: str, path: str, *, json=None, data=None, timeout: float, cookie: str = ""
+    ) -> _Response:
+        """``cookie``: a ``Cookie`` header's value to send (the client keeps no jar; a caller that plays one
+        browser keeps its own, from the answers' ``set-cookie``)."""
         if json is not None:
             body, kind = _json_module.dumps(json).encode(), "application/json"
         elif data is not None:
@@ -218,6 +222,8 @@ class LeanHTTP:
         else:
             body, kind = b"", ""
         head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Length: {len(body)}\r\n"
+        if cookie:
+            head += f"Cookie: {cookie}\r\n"
         message = (head + (f"Content-Type: {kind}\r\n" if kind else "") + "\r\n").encode("latin-1") + body
         async with self.slots, asyncio.timeout(timeout):
             while self.idle:
@@ -248,7 +254,11 @@ class LeanHTTP:
             for line in lines[1:]:
                 if line:
                     name, _, value = line.partition(":")
-                    headers[name.strip().lower()] = value.strip()
+                    name, value = name.strip().lower(), value.strip()
+                    # several set-cookie lines: kept all, one per line
+                    headers[name] = (
+                        f"{headers[name]}\n{value}" if name == "set-cookie" and name in headers else value
+                    )
             keep = headers.get("connection", "").lower() != "close"
             if "content-length" in headers:
                 content = await reader.readexactly(int(headers["content-length"]))

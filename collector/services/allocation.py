@@ -122,6 +122,21 @@ def allocate_targets(
     )
 
 
+def allocation_possible(*, round: Round, device: str, count: int) -> bool:
+    """Whether ``allocate_targets`` could take anything for a batch of ``count`` on ``device``: at least
+    ``least_batch`` targets of ``round`` with a free slot (``valid + inflight < quota``), read without its
+    locks. False means it certainly could not (the seen-images rule only takes more away), so a start at a
+    round's tail, every wanted image in flight, is refused without waiting for the round's turn behind the
+    starts that can allocate; a slot given back meanwhile is taken at the worker's next try."""
+    least = least_batch(study=round.study, count=count)
+    free = (
+        Target.objects.filter(round=round)
+        .annotate(taken=F(f"valid_{device}") + F(f"inflight_{device}"))
+        .filter(taken__lt=round.study.quota_for(device))
+    )
+    return len(free.values_list("pk", flat=True)[:least]) >= least
+
+
 def least_batch(*, study, count: int) -> int:
     """The fewest wanted targets a new session of ``study`` may be allocated when ``count`` are asked for
     (``Study.short_batches``, issue 32 item 2): ``pad`` (the default) one, the batch being filled up after

@@ -245,14 +245,26 @@ def session_start(
         platform_batch_id=platform_batch_id,
         is_bot=is_bot,
     )
+    from collector.services.reservations import sessions_release_on_demand
+
     try:
         return start()
-    except SessionStartRefused as refusal:
-        from collector.services.reservations import sessions_release_on_demand
+    except _NothingAllocated as nothing:
+        refusal = no_task_refusal(round=nothing.round, worker=worker, device=device)
+    if refusal.retry_after_s is None or not sessions_release_on_demand(study=study, device=device):
+        raise refusal
+    try:
+        return start()
+    except _NothingAllocated as nothing:
+        raise no_task_refusal(round=nothing.round, worker=worker, device=device) from None
 
-        if refusal.retry_after_s is None or not sessions_release_on_demand(study=study, device=device):
-            raise
-    return start()
+
+class _NothingAllocated(Exception):
+    """Raised inside the start's transaction when allocation took nothing (the transaction rolls back)."""
+
+    def __init__(self, round: Round):
+        super().__init__(f"nothing allocated in round {round.pk}")
+        self.round = round
 
 
 def _session_start_once(
@@ -268,11 +280,12 @@ def _session_start_once(
     platform_batch_id: str,
     is_bot: bool,
 ) -> Session:
-    """``session_start``'s one try: checks, then one transaction."""
+    """``session_start``'s one try: checks, then one transaction (raises ``_NothingAllocated`` when the
+    allocation took nothing: the refusal is worded after the transaction, its reads holding no lock)."""
     _check_start(study=study, worker=worker, device=device, is_bot=is_bot)
     if is_bot:
         study_preview_round(study_id=study.pk)  # a draft's round 1, exactly what publishing uses
-    from collector.services.allocation import allocate_targets, row_lock  # ALLOCATION's module
+    from collector.services.allocation import allocate_targets, allocation_possible, row_lock
 
     with transaction.atomic():
         # Serialise starts of the same worker, so a double-clicked entry link opens one session, not two.
@@ -305,6 +318,10 @@ def _session_start_once(
                 return test
             if not result.passed:
                 raise SessionStartRefused(not_qualified_message())
+        if not allocation_possible(round=open_round, device=device, count=study.batch_size):
+            raise _NothingAllocated(
+                open_round
+            )  # nothing to take: no session row, no wait for the round's turn
         # The session row first: allocation takes the round's turn (a row lock held to the commit, which
         # every start of the round waits for), so the less that runs after it, the more starts per second.
         now = timezone.now()
@@ -327,7 +344,7 @@ def _session_start_once(
         if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
             raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
         if not targets:
-            raise no_task_refusal(round=open_round, worker=worker, device=device)
+            raise _NothingAllocated(open_round)  # rolls the session row back; the refusal is worded below
         _fill_up(session=session, study=study, allocated=len(targets))
         if study.practice_trials or study.control_trials:
             session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)

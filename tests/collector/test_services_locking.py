@@ -120,3 +120,29 @@ def test_a_start_that_waited_for_the_validation_closing_the_round_is_told_the_ro
     assert str(start.error) == NO_ROUND_MESSAGE
     assert Session.objects.filter(study=study).count() == 0
     assert Target.objects.filter(round=round_1, inflight_pc__gt=0).count() == 0
+
+
+def test_a_start_with_nothing_to_take_is_refused_without_waiting_for_the_rounds_turn(tmp_path):
+    """A round's tail: every wanted image in flight. The worker who comes then is told so without taking the
+    round's turn (the lock every start of the round queues on), so a crowd of waiting workers does not queue
+    behind the starts that can allocate. The round row is held locked elsewhere and the start runs with a
+    lock timeout: a start that took the turn would fail on it instead of being refused."""
+    if connection.vendor != "postgresql":
+        pytest.fail(
+            "this test needs PostgreSQL (its subject is a row lock a start must not wait for; SQLite has one "
+            "write lock): run it with DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db>, as `make test` does."
+        )
+    study = make_study(make_rect_dataset(tmp_path, n_images=10), publish=True, quota_pc=1)
+    holder = session_start(study=study, worker=make_worker(), device="pc")
+    assert holder.trials.filter(role="task").count() == 10
+    with RowLock(Round, holder.round_id):
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        try:
+            with pytest.raises(SessionStartRefused) as refused:
+                session_start(study=study, worker=make_worker(), device="pc")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+    assert refused.value.retry_after_s, "temporary: the images are in another batch"
+    assert Session.objects.filter(study=study).count() == 1, "no session row was written"
