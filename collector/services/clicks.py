@@ -1,40 +1,25 @@
-"""Sessions: starting a batch, recording its clicks exactly once, and finishing it.
+"""Clicks: recording the one click of a trial exactly once, with the server-side timing rules.
 
-A session is one batch of trials by one worker on one device. ``session_start`` allocates the targets and
-creates the trials in one transaction; ``click_ingest`` stores the one click of a trial (one statement on
-PostgreSQL in the common case, no lock; ``click_record`` wraps it for callers that want the Click row), keyed by a client idempotency key so
-retried uploads never store a click twice, with the server-side timing rules; ``session_problem_record``
-keeps the refusals the player showed the annotator; ``session_finish`` closes the batch once the server
-holds every click, makes the completion code and enqueues validation after commit.
+``click_ingest`` stores the one click of a trial (one statement on PostgreSQL in the common case, no lock;
+``click_record`` wraps it for callers that want the Click row), keyed by a client idempotency key so retried
+uploads never store a click twice, and answers a ``ClickReceipt``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
-from collector.models import Click, DisplayMode, Round, Session, Study, TaskIntent, Trial, Worker
-from collector.models.studies import ShortBatchPolicy, StudyKind
-from collector.services.codes import completion_code_make
-from collector.services.outbox import (
-    task_intent_add,
-    task_intent_insert_params,
-    task_intent_insert_sql,
-    task_intent_send_after_commit,
-)
-from collector.services.prepared import column, prepared_cursor
+from collector.models import Click, DisplayMode, Session, Study, Trial
+from collector.services.prepared import column, in_model_order, prepared_cursor
 from collector.services.presentations import (
     MAX_PRESENTATIONS,
     REPLAY_FLAG,
@@ -42,42 +27,13 @@ from collector.services.presentations import (
     presented_answer,
     trial_server_flags,
 )
-from collector.services.qualification import (
-    not_qualified_message,
-    qualification_required,
-    qualification_result,
-    qualification_session_create,
-)
-from collector.services.screens import session_filler_trials_add, session_screen_trials_add
-from collector.services.studies import study_open_round, study_preview_round
-from tasks import names as task_names
 
 logger = logging.getLogger(__name__)
 
 
-DEVICES = ("pc", "mobile")
-MAX_CLIENT_INFO_BYTES = 8000
-MAX_PROBLEMS = 50
 #: A click may arrive this much sooner than phases A + B + C after the trial's ``presented`` report
 #: (timer and frame granularity, and the report's own time on the wire).
 CLICK_EARLY_TOLERANCE_MS = 250
-NO_ROUND_MESSAGE = gettext_lazy(
-    "There are no tasks available right now (the current round is complete). Please try again later."
-)
-NO_IMAGES_LEFT_MESSAGE = gettext_lazy(
-    "There are no images left for you in this study. Thank you for your interest!"
-)
-
-
-class SessionStartRefused(Exception):
-    """No session can be started; the message is meant for the worker (shown on the entry page), in the
-    request's language (raise it with an evaluated ``gettext`` string). ``retry_after_s``: the refusal is
-    temporary (the images still wanted are in other workers' batches) and the page may ask again this many
-    seconds later; None when it is final."""
-
-    def __init__(self, message: str, *, retry_after_s: int | None = None):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class ClickRefused(Exception):
@@ -90,301 +46,6 @@ class ClickRefused(Exception):
         super().__init__(message)
         self.reason = reason
         self.field = field
-
-
-class SessionFinishRefused(Exception):
-    """The session cannot be finished yet; ``missing_positions`` lists trials still without a click."""
-
-    def __init__(self, message: str, *, missing_positions: list[int] | None = None):
-        super().__init__(message)
-        self.missing_positions = missing_positions or []
-
-
-# --------------------------------------------------------------------------------------------------
-# start
-
-
-def _check_start(*, study: Study, worker: Worker, device: str, is_bot: bool = False) -> None:
-    if device not in DEVICES:
-        raise SessionStartRefused(
-            _("device %(device)s is not supported; it must be one of %(devices)s.")
-            % {"device": repr(device), "devices": ", ".join(DEVICES)}
-        )
-    if is_bot:
-        # A test run before launch (issue 32 item 4): simulated annotators play a draft, and only a draft, of a
-        # timed study; real workers keep being refused until it is published.
-        if study.state != Study.State.DRAFT or study.is_corrective:
-            raise SessionStartRefused(
-                f"simulated annotators run on a draft timed study only; study {study.pk} is "
-                f"{study.state}{' (corrective)' if study.is_corrective else ''}."
-            )
-    elif study.state != Study.State.PUBLISHED:
-        raise SessionStartRefused(
-            _("This task is not open at the moment (the study is %(state)s). Please try again later.")
-            % {"state": study.get_state_display().lower()}
-        )
-    if worker.excluded:
-        raise SessionStartRefused(_("You cannot take part in this study any more."))
-
-
-def _resumable_session(*, study: Study, worker: Worker, platform_assignment_id: str) -> Session | None:
-    """The worker's running session of this study for the same assignment, if it has not expired."""
-    return (
-        Session.objects.filter(
-            study=study,
-            worker=worker,
-            status=Session.Status.STARTED,
-            platform_assignment_id=platform_assignment_id,
-            expires_at__gt=timezone.now(),
-        )
-        .order_by("-started_at")
-        .first()
-    )
-
-
-def _in_model_order(model, attnames: tuple[str, ...]) -> tuple[str, ...]:
-    """``attnames`` in the order of the model's concrete fields, the order ``Model.from_db`` expects."""
-    order = [field.attname for field in model._meta.concrete_fields]
-    return tuple(sorted(attnames, key=order.index))
-
-
-def _start_reads(
-    *, study: Study, worker: Worker, platform_assignment_id: str
-) -> tuple[Session | None, Round | None]:
-    """Under the worker's lock: the session to resume (``_resumable_session``) and the study's open round
-    (``study_open_round``). PostgreSQL: one prepared statement for both, the round loaded with its id,
-    number and state (other fields deferred), its study the one given."""
-    if connection.vendor != "postgresql":
-        existing = _resumable_session(
-            study=study, worker=worker, platform_assignment_id=platform_assignment_id
-        )
-        return existing, (None if existing is not None else study_open_round(study=study))
-    params = {
-        "study": study.pk,
-        "worker": worker.pk,
-        "started": Session.Status.STARTED.value,
-        "assignment": platform_assignment_id,
-        "now": timezone.now(),
-        "open": Round.State.OPEN.value,
-    }
-    with prepared_cursor() as cursor:
-        cursor.execute(_start_reads_sql(), params)
-        existing_id, *round_values = cursor.fetchone()
-    if existing_id is not None:
-        return Session.objects.get(pk=existing_id), None
-    if round_values[0] is None:
-        return None, None
-    open_round = Round.from_db(connection.alias, _START_ROUND_FIELDS, round_values)
-    open_round.study = study
-    return None, open_round
-
-
-_START_ROUND_FIELDS = _in_model_order(Round, ("id", "study_id", "number", "state"))
-
-
-@functools.cache
-def _start_reads_sql() -> str:
-    """The statement of ``_start_reads`` (PostgreSQL), built once from the models' metadata: the conditions
-    and orders of ``_resumable_session`` and ``study_open_round``."""
-    quote = connection.ops.quote_name
-    session, round_ = Session._meta, Round._meta
-
-    round_columns = ", ".join(f"r.{quote(round_.get_field(name).column)}" for name in _START_ROUND_FIELDS)
-    return (
-        f"SELECT s.id, {round_columns} FROM (SELECT 1) AS one "
-        f"LEFT JOIN LATERAL (SELECT {column(session, 'id')} AS id FROM {quote(session.db_table)} "
-        f"WHERE {column(session, 'study')} = %(study)s AND {column(session, 'worker')} = %(worker)s "
-        f"AND {column(session, 'status')} = %(started)s "
-        f"AND {column(session, 'platform_assignment_id')} = %(assignment)s "
-        f"AND {column(session, 'expires_at')} > %(now)s ORDER BY {column(session, 'started_at')} DESC LIMIT 1) AS s "
-        f"ON true LEFT JOIN LATERAL (SELECT * FROM {quote(round_.db_table)} "
-        f"WHERE {column(round_, 'study')} = %(study)s AND {column(round_, 'state')} = %(open)s "
-        f"ORDER BY {column(round_, 'number')} DESC LIMIT 1) AS r ON true"
-    )
-
-
-def session_start(
-    *,
-    study: Study,
-    worker: Worker,
-    device: str,
-    platform_device: str = "",
-    detected_device: str = "",
-    user_agent: str = "",
-    client_info: dict | None = None,
-    platform_assignment_id: str = "",
-    platform_batch_id: str = "",
-    is_bot: bool = False,
-) -> Session:
-    """Start (or resume) a batch for ``worker`` on ``device`` ("pc" | "mobile").
-
-    In one transaction: find the open round, allocate up to ``study.batch_size`` targets through
-    ``collector.services.allocation.allocate_targets`` (which reserves them with the inflight counters),
-    and create the Session with Trials at positions 0..n-1 in allocation order. ``expires_at`` is now +
-    ``study.session_timeout_s``. If the worker already runs an unexpired session of this study for the
-    same ``platform_assignment_id`` it is returned instead, so reopening an entry link resumes the batch.
-
-    ``is_bot``: a simulated annotator's batch (``Session.is_bot``; ``collector.services.bots``), started on a
-    draft study only (its round 1 prepared as a preview prepares it), taking in-flight slots as any batch.
-
-    Raises SessionStartRefused with a message for the worker (study not open, no round, no targets left).
-    """
-    _check_start(study=study, worker=worker, device=device, is_bot=is_bot)
-    if is_bot:
-        study_preview_round(study_id=study.pk)  # a draft's round 1, exactly what publishing uses
-    from collector.services.allocation import allocate_targets, row_lock  # ALLOCATION's module
-
-    with transaction.atomic():
-        # Serialise starts of the same worker, so a double-clicked entry link opens one session, not two.
-        row_lock(Worker, worker.pk)
-        existing, open_round = _start_reads(
-            study=study, worker=worker, platform_assignment_id=platform_assignment_id[:200]
-        )
-        if existing is not None:
-            return existing
-        if open_round is None:
-            raise SessionStartRefused(str(NO_ROUND_MESSAGE))
-        # What the browser and the platform told us, the same for a test session and a batch.
-        recorded = {
-            "device": device,
-            "platform_device": platform_device[:20],
-            "detected_device": detected_device[:20],
-            "user_agent": user_agent[:2000],
-            "client_info": _bounded_client_info(client_info or {}),
-            "platform_assignment_id": platform_assignment_id[:200],
-            "platform_batch_id": platform_batch_id[:200],
-        }
-        if qualification_required(study):
-            # Corrective campaigns with a qualification test (issue 17): the test first, real tasks only after
-            # a pass; a failed worker is refused for good.
-            result = qualification_result(study=study, worker=worker)
-            if result is None:
-                test = qualification_session_create(study=study, round=open_round, worker=worker, **recorded)
-                if test is None:
-                    raise SessionStartRefused(str(NO_ROUND_MESSAGE))
-                return test
-            if not result.passed:
-                raise SessionStartRefused(not_qualified_message())
-        # The session row first: allocation takes the round's turn (a row lock held to the commit, which
-        # every start of the round waits for), so the less that runs after it, the more starts per second.
-        now = timezone.now()
-        session = Session.objects.create(
-            study=study,
-            round=open_round,
-            worker=worker,
-            expires_at=now + timedelta(seconds=study.session_timeout_s),
-            is_bot=is_bot,
-            **recorded,
-        )
-        targets = allocate_targets(
-            round=open_round,
-            worker=worker,
-            device=device,
-            count=study.batch_size,
-            worker_locked=True,
-            session=session,  # its trials created with the allocation: positions 0..n-1 in the order returned
-        )
-        if not targets and not Round.objects.filter(pk=open_round.pk, state=Round.State.OPEN).exists():
-            raise SessionStartRefused(str(NO_ROUND_MESSAGE))  # closed by a validation while this start waited
-        if not targets:
-            raise no_task_refusal(round=open_round, worker=worker, device=device)
-        _fill_up(session=session, study=study, allocated=len(targets))
-        if study.practice_trials or study.control_trials:
-            session_screen_trials_add(session=session)  # practice and control trials (issue 32 item 5)
-    logger.info(
-        "session started",
-        extra={
-            "session_id": session.pk,
-            "study_id": study.pk,
-            "round_id": open_round.pk,
-            "trials": len(targets),
-        },
-    )
-    return session
-
-
-def _fill_up(*, session: Session, study: Study, allocated: int) -> None:
-    """A round's tail under ``Study.short_batches`` ``pad``: fewer than ``batch_size`` targets were allocated,
-    so the batch is filled up with images already done (``collector.services.screens``); too short even so,
-    the start is refused (raised inside ``session_start``'s transaction, which rolls the allocation back)."""
-    from collector.services.allocation import least_trials
-
-    if (
-        study.short_batches != ShortBatchPolicy.PAD
-        or study.kind != StudyKind.TIMED
-        or allocated >= study.batch_size
-    ):
-        return
-    fillers = session_filler_trials_add(session=session, count=study.batch_size)
-    if allocated + fillers < least_trials(study=study, count=study.batch_size):
-        raise SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
-
-
-def no_task_refusal(*, round: Round, worker: Worker, device: str) -> SessionStartRefused:
-    """The refusal a worker who gets no batch is given, its message in the request's language: final (every
-    target of the round has its ``device`` quota met, or the images still wanted are ones this worker has
-    already seen) or temporary (the images still wanted are in other workers' running batches: when to try
-    again, from the study's grace period, after which an abandoned batch gives its images back; the page
-    asks again by itself every ``settings.WAIT_RECHECK_S``, its ``retry_after_s``)."""
-    from collector.services.allocation import least_batch
-    from collector.services.reservations import study_wait_hint_s
-
-    study = round.study
-    quota = study.quota_for(device)
-    valid, inflight = f"valid_{device}", f"inflight_{device}"
-    open_targets = round.targets.filter(**{f"{valid}__lt": quota})
-    if not open_targets.exists():
-        return SessionStartRefused(
-            _("This study has all the answers it needs for your device. Thank you for your interest!")
-        )
-    seen = Trial.objects.filter(session__study_id=study.pk, session__worker_id=worker.pk).values(
-        "target__instance__image_id"
-    )
-    unseen = open_targets.exclude(instance__image_id__in=seen)
-    unseen_images = unseen.values("instance__image_id").distinct().count()
-    if unseen_images < least_batch(study=study, count=study.batch_size):
-        return SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
-    waiting = unseen.filter(**{f"{inflight}__gt": 0}).exists()
-    if not waiting:
-        return SessionStartRefused(str(NO_IMAGES_LEFT_MESSAGE))
-    hint_s = study_wait_hint_s(study=study)
-    minutes = max(1, math.ceil(hint_s / 60))
-    message = _(
-        "All the remaining images are being worked on by other participants right now. Some may come back "
-        "if a participant leaves: please try again in about %(minutes)s minute(s)."
-    ) % {"minutes": minutes}
-    return SessionStartRefused(message, retry_after_s=max(1, math.ceil(min(hint_s, settings.WAIT_RECHECK_S))))
-
-
-def _bounded_client_info(info: dict) -> dict:
-    if not isinstance(info, dict):
-        raise ValueError("client_info must be a JSON object.")
-    if len(json.dumps(info, default=str)) > MAX_CLIENT_INFO_BYTES:
-        raise ValueError(f"client_info is larger than {MAX_CLIENT_INFO_BYTES} bytes; send fewer fields.")
-    return info
-
-
-def session_client_report(
-    *, session: Session, client_info: dict, detected_device: str = "", user_agent: str = ""
-) -> Session:
-    """Merge what the browser measured (viewport, DPR, refresh rate, pointer, client hints, webdriver)
-    into ``session.client_info``; ``detected_device`` is the browser's own device class."""
-    merged = {**session.client_info, **_bounded_client_info(client_info)}
-    session.client_info = _bounded_client_info(merged)
-    session.last_seen_at = timezone.now()  # a report is a sign of life (collector.services.reservations)
-    fields = ["client_info", "last_seen_at"]
-    if detected_device in DEVICES:
-        session.detected_device = detected_device
-        fields.append("detected_device")
-    if user_agent and not session.user_agent:
-        session.user_agent = user_agent[:2000]
-        fields.append("user_agent")
-    session.save(update_fields=fields)
-    return session
-
-
-# --------------------------------------------------------------------------------------------------
-# clicks
 
 
 @dataclass(frozen=True)
@@ -406,9 +67,9 @@ class ClickReceipt:
 #: reading it costs a query, which tests/annotation_ui/test_api.py's statement count catches).
 
 
-_HOT_TRIAL_FIELDS = _in_model_order(Trial, ("id", "session_id", "position", "presentations", "holds_slot"))
-_HOT_SESSION_FIELDS = _in_model_order(Session, ("id", "status", "expires_at", "study_id"))
-_HOT_STUDY_FIELDS = _in_model_order(
+_HOT_TRIAL_FIELDS = in_model_order(Trial, ("id", "session_id", "position", "presentations", "holds_slot"))
+_HOT_SESSION_FIELDS = in_model_order(Session, ("id", "status", "expires_at", "study_id"))
+_HOT_STUDY_FIELDS = in_model_order(
     Study, ("id", "kind", "display_mode", "image_ms", "target_ms", "text_ms", "blocked_ms")
 )
 _hot_query_cache: dict[str, tuple[str, list]] = {}
@@ -983,204 +644,3 @@ def click_record(*, session: Session, **fields) -> tuple[Click, bool]:
     """``click_ingest`` for callers holding a Session that want the Click row: returns (click, created)."""
     receipt = click_ingest(session_id=session.pk, **fields)
     return Click.objects.select_related("trial").get(pk=receipt.click_id), receipt.created
-
-
-# --------------------------------------------------------------------------------------------------
-# problems the player showed the annotator
-
-
-def session_problem_record(
-    *, session: Session, status: int, endpoint: str, message: str, position: int | None = None
-) -> None:
-    """Keep a refusal the player showed the annotator (a 4xx it stopped retrying): appended to
-    ``session.problems`` (the first MAX_PROBLEMS, so a looping client cannot grow the row) and logged with
-    the session id, so a researcher or an operator can see why a worker got stuck. ``message`` is the
-    server's message as the player showed it, on one line, at most 500 characters."""
-    text = " ".join(str(message).split())[:500]
-    entry = {
-        "at": timezone.now().isoformat(),
-        "status": status,
-        "endpoint": endpoint,
-        "message": text,
-        "position": position,
-    }
-    with transaction.atomic():
-        locked = Session.objects.select_for_update(no_key=True).only("id", "problems").get(pk=session.pk)
-        problems = list(locked.problems or [])
-        if len(problems) < MAX_PROBLEMS:
-            locked.problems = [*problems, entry]
-            locked.save(update_fields=["problems"])
-    logger.warning(
-        "annotator shown a refusal",
-        extra={
-            "session_id": session.pk,
-            "study_id": session.study_id,
-            "endpoint": endpoint,
-            "status": status,
-            "position": position,
-            "problem": text,
-        },
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# finish
-
-
-def session_missing_positions(*, session: Session) -> list[int]:
-    """Positions of the session's trials that have no click yet, ascending."""
-    return list(
-        Trial.objects.filter(session=session, click__isnull=True)
-        .order_by("position")
-        .values_list("position", flat=True)
-    )
-
-
-def session_finish(*, session_id: int) -> Session:
-    """Finish the session once every trial has its click: status finished, completion code, and
-    ``tasks.validation.validate_session`` sent after commit. Idempotent: finishing again returns the same
-    session and code without sending the task again.
-
-    Raises SessionFinishRefused (with ``missing_positions``) while clicks are missing, or (without them)
-    when the session expired.
-
-    PostgreSQL, the common case (a started session holding every click): ``_finish_prepared``, two prepared
-    statements and no transaction block; every other case (a retry, a refusal) is decided below.
-    """
-    if connection.vendor == "postgresql":
-        finished = _finish_prepared(session_id=session_id)
-        if finished is not None:
-            return finished
-    with transaction.atomic():
-        # the study joined (not locked): the finish step's payload needs its platform
-        session = (
-            Session.objects.select_for_update(no_key=True, of=("self",))
-            .select_related("study")
-            .get(pk=session_id)
-        )
-        if session.status == Session.Status.FINISHED:
-            return session
-        if session.status != Session.Status.STARTED:
-            raise SessionFinishRefused(
-                _(
-                    "session %(session)s is %(status)s; it can no longer be finished. "
-                    "Open the task again to get a new batch."
-                )
-                % {"session": session.pk, "status": session.status}
-            )
-        missing = session_missing_positions(session=session)
-        if missing and session.expires_at <= timezone.now():
-            # No click can be added any more, so asking the browser to replay trials would loop.
-            raise SessionFinishRefused(
-                _(
-                    "session %(session)s expired at %(time)s UTC before all clicks arrived; "
-                    "open the task again to get a new batch."
-                )
-                % {"session": session.pk, "time": f"{session.expires_at:%H:%M:%S}"}
-            )
-        if missing:
-            raise SessionFinishRefused(
-                _("session %(session)s still lacks clicks for trial(s) %(positions)s.")
-                % {"session": session.pk, "positions": ", ".join(map(str, missing))},
-                missing_positions=missing,
-            )
-        session.status = Session.Status.FINISHED
-        session.finished_at = timezone.now()
-        session.completion_code = completion_code_make(
-            session_id=session.pk, assignment_id=session.platform_assignment_id
-        )
-        session.save(update_fields=["status", "finished_at", "completion_code"])
-        task_intent_add(name=task_names.VALIDATION_VALIDATE_SESSION, args=[session_id])
-    logger.info("session finished", extra={"session_id": session.pk, "study_id": session.study_id})
-    return session
-
-
-#: What ``_finish_prepared`` reads and answers: the finish step's payload needs no more (the platform
-#: adapters' ``finish_action``); any other field of the session answered loads when asked.
-_FINISH_SESSION_FIELDS = ("id", "status", "platform_assignment_id", "platform_state", "study_id")
-_FINISH_STUDY_FIELDS = ("id", "platform", "platform_config")
-
-
-@functools.cache
-def _finish_sql() -> tuple[str, str]:
-    """PostgreSQL: the two statements of ``_finish_prepared`` (built once from the models' metadata)."""
-    quote = connection.ops.quote_name
-    session, study, trial, click = Session._meta, Study._meta, Trial._meta, Click._meta
-
-    read = (
-        f"SELECT {', '.join(f's.{column(session, name)}' for name in _FINISH_SESSION_FIELDS)}, "
-        f"{', '.join(f'st.{column(study, name)}' for name in _FINISH_STUDY_FIELDS)} "
-        f"FROM {quote(session.db_table)} s JOIN {quote(study.db_table)} st "
-        f"ON st.{column(study, 'id')} = s.{column(session, 'study')} WHERE s.{column(session, 'id')} = %(session)s"
-    )
-    missing = (
-        f"SELECT 1 FROM {quote(trial.db_table)} t WHERE t.{column(trial, 'session')} = %(session)s "
-        f"AND NOT EXISTS (SELECT 1 FROM {quote(click.db_table)} c "
-        f"WHERE c.{column(click, 'trial')} = t.{column(trial, 'id')})"
-    )
-    finish = (
-        f"WITH done AS (UPDATE {quote(session.db_table)} SET {column(session, 'status')} = %(finished)s, "
-        f"{column(session, 'finished_at')} = %(now)s, {column(session, 'completion_code')} = %(code)s "
-        f"WHERE {column(session, 'id')} = %(session)s AND {column(session, 'status')} = %(started)s "
-        f"AND {column(session, 'platform_assignment_id')} = %(assignment)s AND NOT EXISTS ({missing}) "
-        f"RETURNING {column(session, 'id')}), "
-        f"intent AS ({task_intent_insert_sql(source='done')}) "
-        f"SELECT (SELECT {quote(TaskIntent._meta.pk.column)} FROM intent)"
-    )  # fmt: skip
-    return read, finish
-
-
-def _finish_prepared(*, session_id: int) -> Session | None:
-    """PostgreSQL, ``session_finish``'s common case in two prepared statements: read the session and its
-    study's platform (no lock), then, with the completion code made from what was read, one statement that
-    finishes the session only if it is still started and no trial lacks its click, and inserts the
-    validation intent beside it (``task_intent_insert_sql``). The session answered carries the fields the
-    finish step's payload needs (``_FINISH_SESSION_FIELDS``, its study's ``_FINISH_STUDY_FIELDS``; the rest
-    load when asked). None when the session is missing, not started, or lacks a click: nothing was written,
-    and ``session_finish``'s locked path answers (the same session again, or its refusal)."""
-    read_sql, finish_sql = _finish_sql()
-    with prepared_cursor() as cursor:
-        cursor.execute(read_sql, {"session": session_id})
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        n_session = len(_FINISH_SESSION_FIELDS)
-        read = dict(zip(_FINISH_SESSION_FIELDS, row[:n_session], strict=True))
-        study_read = dict(zip(_FINISH_STUDY_FIELDS, row[n_session:], strict=True))
-        if read["status"] != Session.Status.STARTED:
-            return None
-        now = timezone.now()
-        code = completion_code_make(session_id=session_id, assignment_id=read["platform_assignment_id"])
-        args = [session_id]
-        cursor.execute(
-            finish_sql,
-            {
-                "session": session_id,
-                "finished": Session.Status.FINISHED.value,
-                "started": Session.Status.STARTED.value,
-                "now": now,
-                "code": code,
-                "assignment": read["platform_assignment_id"],
-                **task_intent_insert_params(name=task_names.VALIDATION_VALIDATE_SESSION, args=args, now=now),
-            },
-        )
-        intent_id = cursor.fetchone()[0]
-    if intent_id is None:
-        return None
-    task_intent_send_after_commit(intent_id=intent_id, name=task_names.VALIDATION_VALIDATE_SESSION, args=args)
-    for values, model, name in ((read, Session, "platform_state"), (study_read, Study, "platform_config")):
-        values[name] = model._meta.get_field(name).from_db_value(values[name], None, connection)
-    session = _loaded(
-        Session,
-        {**read, "status": Session.Status.FINISHED.value, "finished_at": now, "completion_code": code},
-    )
-    session.study = _loaded(Study, study_read)
-    logger.info("session finished", extra={"session_id": session.pk, "study_id": session.study_id})
-    return session
-
-
-def _loaded(model, values: dict):
-    """An instance of ``model`` as the ORM loads one with ``only(*values)`` (``values`` by attname, as the
-    database gave them after the fields' conversion): the other fields are deferred, loaded when asked."""
-    names = [field.attname for field in model._meta.concrete_fields if field.attname in values]
-    return model.from_db(connection.alias, names, [values[name] for name in names])
