@@ -29,16 +29,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from collector.models import Session
+from collector.services.clicks import ClickRefused, click_ingest
 from collector.services.presentations import PresentationRefused, trial_presented_record
 from collector.services.reservations import session_heartbeat, session_reclaim
-from collector.services.sessions import (
-    ClickRefused,
-    SessionFinishRefused,
-    click_ingest,
-    session_client_report,
-    session_finish,
-    session_problem_record,
-)
+from collector.services.session_client import session_client_report
+from collector.services.session_finish import SessionFinishRefused, session_finish
+from collector.services.session_problems import session_problem_record
 from collector.services.tokens import TokenInvalid, session_token_read
 from config.api_errors import ApiError, error_responses
 

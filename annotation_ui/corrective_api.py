@@ -44,7 +44,7 @@ from collector.services.qualification import (
     qualification_result,
 )
 from collector.services.qualified_start import qualification_continue
-from collector.services.sessions import SessionStartRefused
+from collector.services.session_start import SessionStartRefused
 from collector.services.tokens import session_token_make
 from config.api_errors import error_body
 

@@ -27,7 +27,7 @@ from django.views.decorators.http import require_GET
 
 from collector.models import Session, Study
 from collector.platforms import EntryRefused, PlatformUnavailable, get_adapter
-from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.tokens import TokenInvalid, session_token_make, session_token_read
 from collector.services.workers import worker_get_or_create
 

@@ -32,7 +32,7 @@ from collector.services.link_workers import (
     link_worker_identify,
 )
 from collector.services.reservations import session_page_served, session_return
-from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.stimuli import stimulus_path, target_stimuli_ensure
 from collector.services.studies import StudyStateError, study_preview_round
 from collector.services.tokens import (

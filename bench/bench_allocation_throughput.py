@@ -45,8 +45,10 @@ from PIL import Image as PILImage  # noqa: E402
 from scipy.ndimage import distance_transform_edt  # noqa: E402
 
 from collector.models import Click, Session, Target, Trial  # noqa: E402
+from collector.services.clicks import click_record  # noqa: E402
 from collector.services.datasets import dataset_import  # noqa: E402
-from collector.services.sessions import click_record, session_finish, session_start  # noqa: E402
+from collector.services.session_finish import session_finish  # noqa: E402
+from collector.services.session_start import session_start  # noqa: E402
 from collector.services.studies import study_create, study_publish  # noqa: E402
 from collector.services.validation import session_validate  # noqa: E402
 from collector.services.workers import worker_get_or_create  # noqa: E402

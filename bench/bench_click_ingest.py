@@ -268,7 +268,7 @@ def main() -> None:  # noqa: C901  (one linear script: set up, serve two trees, 
 
     from collector.models import Trial
     from collector.services.datasets import dataset_import
-    from collector.services.sessions import session_start
+    from collector.services.session_start import session_start
     from collector.services.studies import study_create, study_publish
     from collector.services.tokens import session_token_make
     from collector.services.workers import worker_get_or_create

@@ -59,7 +59,7 @@ def _pair(key: str, value) -> str:
 
 
 class ReadableFormatter(logging.Formatter):
-    """``2026-11-23 13:00:00,123 INFO collector.services.sessions session started session_id=4 study_id=2``."""
+    """``2026-11-23 13:00:00,123 INFO collector.services.session_start session started session_id=4 study_id=2``."""
 
     def __init__(
         self,

@@ -259,7 +259,9 @@ def make_validated_batch(
 
     Returns the session re-read from the database. Needs a published study with an open round."""
     from collector.models import Session
-    from collector.services.sessions import click_record, session_finish, session_start
+    from collector.services.clicks import click_record
+    from collector.services.session_finish import session_finish
+    from collector.services.session_start import session_start
     from collector.services.validation import session_validate
 
     worker = worker or make_worker()
@@ -340,7 +342,8 @@ def complete_session(session, *, valid_clicks: int | None = None):
     import uuid
 
     from collector.models import Session, Trial
-    from collector.services.sessions import click_record, session_finish
+    from collector.services.clicks import click_record
+    from collector.services.session_finish import session_finish
     from collector.services.validation import session_validate
 
     trials = list(

@@ -50,7 +50,7 @@ from collector.services.corrective import (
     round_budget,
 )
 from collector.services.masks import instance_masks, read_image, read_mask
-from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.workers import worker_get_or_create
 
 logger = logging.getLogger(__name__)

@@ -1,10 +1,10 @@
 """A cursor for the hot paths' hand-written statements that PostgreSQL plans once per connection.
 
-The click request runs one statement in the common case (``services.sessions``: read the session's trials,
+The click request runs one statement in the common case (``services.clicks``: read the session's trials,
 insert the click and update its trial), and the presented report one UPDATE. Planning cost PostgreSQL more
 than running: EXPLAIN ANALYZE of the trials read alone gave 1.7 ms planning against 0.25 ms execution, so
 (with the then separate insert) about 2.5 ms of database CPU per click went to plans that never change. A
-session start's row locks and reads (``services.sessions``, ``services.allocation``) use it too.
+session start's row locks and reads (``services.session_start``, ``services.allocation``) use it too.
 ``prepared_cursor()`` gives a cursor whose ``execute`` prepares the statement on the server (psycopg's
 ``prepare=True``, server-side parameters) the first time a connection sees it and reuses it after;
 Django's own cursors keep client-side binding and no preparation (its default, chosen for connection poolers).
@@ -49,6 +49,13 @@ def column(meta, name: str) -> str:
     """The quoted column of field ``name`` of the model whose ``_meta`` is ``meta``, for the hand-written
     statements (built from the models' metadata, so a renamed column follows)."""
     return connections[DEFAULT_DB_ALIAS].ops.quote_name(meta.get_field(name).column)
+
+
+def in_model_order(model, attnames: tuple[str, ...]) -> tuple[str, ...]:
+    """``attnames`` in the order of the model's concrete fields, the order ``Model.from_db`` expects (the
+    hand-written reads build their rows' instances with it)."""
+    order = [field.attname for field in model._meta.concrete_fields]
+    return tuple(sorted(attnames, key=order.index))
 
 
 def prepared_cursor() -> CursorWrapper:

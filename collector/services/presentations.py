@@ -224,7 +224,7 @@ def presentation_append_sql(*, key: str, at: str) -> tuple[str, str, str]:
     row's own conditions: fewer than MAX_PRESENTATIONS (parameter ``most``) and ``key`` not there yet,
     RETURNING list: the trial's id and its presentations now). The session's conditions and the trial's
     click are the caller's. Shared by ``_record_new_presentation`` and the click statement that carries the
-    next trial's report (``services.sessions``)."""
+    next trial's report (``services.clicks``)."""
     trial = Trial._meta
     shown = f"COALESCE(t.{column(trial, 'presentations')}, '[]'::jsonb)"
     flags = f"COALESCE(t.{column(trial, 'flags')}, '[]'::jsonb)"

@@ -1,6 +1,6 @@
 """After a passed qualification test: the worker's real session (issue 17 item 4). Above both
-``qualification`` (which scores the test) and ``sessions`` (which starts a session and asks ``qualification``
-whether the worker is admitted), so neither imports the other back."""
+``qualification`` (which scores the test) and ``session_start`` (which starts a session and asks
+``qualification`` whether the worker is admitted), so neither imports the other back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.utils.translation import gettext as _
 
 from collector.models import Session
 from collector.services.qualification import not_qualified_message, qualification_result
-from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.session_start import SessionStartRefused, session_start
 
 
 def qualification_continue(*, session: Session) -> Session:

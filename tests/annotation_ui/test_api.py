@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from collector.models import Click, Session, Trial
 from collector.services.corrective import corrective_items_ensure, corrective_update_apply
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 
@@ -349,7 +349,8 @@ def test_the_click_statements_are_prepared_once_per_connection_and_reused(study,
     sessions = [line for line in plan.splitlines() if " on collector_session " in line]
     assert sessions and all("collector_session_pkey" in line for line in sessions), plan
     # Django's own statements stay unprepared (client-side binding, its default): the prepared ones are the
-    # click's and the session start's (services.sessions, services.allocation), written by hand
+    # click's and the session start's (services.clicks, services.session_start, services.allocation),
+    # written by hand
     ours = ("WITH base ", "WITH seen ", "SELECT s.id, r.", 'SELECT "id" FROM "collector_worker" WHERE "id" = $1 FOR',
             'SELECT "state" FROM "collector_round" WHERE "id" = $1 FOR')  # fmt: skip
     assert len(statements) == 5 and all(sql.startswith(ours) for sql in statements), statements
@@ -363,7 +364,7 @@ def test_the_click_statements_are_prepared_once_per_connection_and_reused(study,
 def test_a_problem_report_is_stored_bounded_and_logged_with_the_session_id(token, caplog):
     session = _session_of(token)
     report = {"status": 409, "endpoint": "click", "message": "trial 3 already\nhas its click.", "position": 3}
-    with caplog.at_level("WARNING", logger="collector.services.sessions"):
+    with caplog.at_level("WARNING", logger="collector.services.session_problems"):
         response = Client().post(
             _url(token, "problem"), data=json.dumps(report), content_type="application/json"
         )

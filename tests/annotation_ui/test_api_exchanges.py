@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from collector.models import Click, Session, Trial
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker
 

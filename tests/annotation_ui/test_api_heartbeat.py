@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from collector.models import Session, Target, Trial
 from collector.services.reservations import sessions_release_stale
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make, study_link_token_make
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 
@@ -220,7 +220,7 @@ def test_a_worker_who_saw_every_wanted_image_is_told_it_is_final(study):
     Target.objects.update(inflight_pc=0)
     from django.utils import translation
 
-    from collector.services.sessions import SessionStartRefused
+    from collector.services.session_start import SessionStartRefused
 
     with translation.override("en"), pytest.raises(SessionStartRefused, match="no images left for you"):
         session_start(study=study, worker=worker, device="pc")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from collector.models import CorrectiveClick, CorrectiveItem, Session
 from collector.services.corrective import corrective_items_ensure, corrective_update_apply
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker
 

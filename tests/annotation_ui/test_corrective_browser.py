@@ -287,7 +287,7 @@ def test_the_corrective_end_is_the_timed_players_when_the_platform_cannot_be_rea
         corrective_session_finish,
         corrective_update_apply,
     )
-    from collector.services.sessions import session_start
+    from collector.services.session_start import session_start
     from collector.services.tokens import session_token_make
     from tests.factories import make_worker
 

@@ -11,7 +11,7 @@ from django.test import Client, override_settings
 
 from collector.models import Click
 from collector.services import tokens
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from collector.models import Study
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make, study_link_token_make
 from tests.annotation_ui.driver import LAYOUTS, entry_url, open_player, wait_start_enabled
 from tests.factories import make_dataset, make_study, make_worker

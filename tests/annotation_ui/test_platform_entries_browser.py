@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from collector.models import Session
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make, session_token_read
 from tests.annotation_ui.driver import closed_port
 from tests.factories import complete_session, make_dataset, make_study, make_worker

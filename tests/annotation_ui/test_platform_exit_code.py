@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from annotation_ui.payloads import finish_payload
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import complete_session, make_dataset, make_study, make_worker
 

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from collector.models import Click, Session, Study, Target
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make, session_token_read, study_link_token_make
 from tests.factories import make_dataset, make_researcher, make_study, make_worker
 

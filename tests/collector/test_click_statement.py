@@ -1,7 +1,7 @@
 """The click path's common case in one statement (PostgreSQL) decides and stores exactly what the Python path does.
 
 On PostgreSQL ``click_ingest`` reads the session's trials and inserts the click in one statement when the common
-case holds (``services.sessions._click_in_one_statement``); everything else is decided in Python on the rows that
+case holds (``services.clicks._click_in_one_statement``); everything else is decided in Python on the rows that
 statement read, and SQLite takes the Python path for everything. Each test below runs on both backends with the
 same expected outcome, so the two suites of CI hold the statement's conditions (status, expiry, the trial's
 presentations, phases A + B + C by the server's clock, ``replayed``) to the Python rules; on PostgreSQL the tests
@@ -19,8 +19,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from collector.models import Click, DisplayMode, Session, Study, Trial
-from collector.services import sessions as sessions_service
-from collector.services.sessions import CLICK_EARLY_TOLERANCE_MS, ClickRefused, click_ingest, session_start
+from collector.services import clicks as clicks_service
+from collector.services.clicks import CLICK_EARLY_TOLERANCE_MS, ClickRefused, click_ingest
+from collector.services.session_start import session_start
 from tests.factories import make_dataset, make_study, make_worker
 
 NOW = timezone.now().replace(microsecond=123456)
@@ -225,8 +226,8 @@ def test_the_statement_keeps_its_single_session_parameter():
             "this test needs PostgreSQL (SQLite never builds the statement): run it with "
             "DATABASE_URL=postgres://postgres@127.0.0.1:5432/<db>, as `make test-services` does."
         )
-    sessions_service._click_in_one_statement_sql.cache_clear()
-    sql, click_names, trial_names = sessions_service._click_in_one_statement_sql()
+    clicks_service._click_in_one_statement_sql.cache_clear()
+    sql, click_names, trial_names = clicks_service._click_in_one_statement_sql()
     assert sql.count("%(session)s") == 1 and "%s" not in sql
     assert "trial_id" not in click_names and "received_at" in click_names
     assert trial_names == (

@@ -18,9 +18,11 @@ from django.test.utils import CaptureQueriesContext
 
 from annotation_ui.payloads import finish_payload
 from collector.models import Session, TaskIntent
-from collector.services import sessions as sessions_service
+from collector.services import session_finish as finish_service
+from collector.services.clicks import click_record
 from collector.services.codes import completion_code_make
-from collector.services.sessions import SessionFinishRefused, click_record, session_finish, session_start
+from collector.services.session_finish import SessionFinishRefused, session_finish
+from collector.services.session_start import session_start
 from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 from tests.support.celery_worker import purge_queues
@@ -48,7 +50,7 @@ def published():
 
 @pytest.fixture
 def locked_only(monkeypatch):
-    monkeypatch.setattr(sessions_service, "_finish_prepared", lambda *, session_id: None)
+    monkeypatch.setattr(finish_service, "_finish_prepared", lambda *, session_id: None)
 
 
 def _study(tmp_path, settings, **overrides):
@@ -124,7 +126,7 @@ def test_the_finish_step_is_the_locked_paths(
     Session.objects.filter(pk__in=[fast.pk, locked.pk]).update(platform_state=state)
     fast_answer = finish_payload(session_finish(session_id=fast.pk))
     with monkeypatch.context() as patch:
-        patch.setattr(sessions_service, "_finish_prepared", lambda *, session_id: None)
+        patch.setattr(finish_service, "_finish_prepared", lambda *, session_id: None)
         locked_answer = finish_payload(session_finish(session_id=locked.pk))
 
     def same(answer: dict, session) -> dict:  # the code and assignment are the session's own
@@ -190,7 +192,7 @@ def test_the_statement_finishes_only_what_the_read_saw(tmp_path, settings, publi
         )
     study = _study(tmp_path, settings)
     session, partial = _session(study, assignment="READ"), _session(study, clicked=(0, 2), assignment="PART")
-    _, finish_sql = sessions_service._finish_sql()
+    _, finish_sql = finish_service._finish_sql()
     from django.utils import timezone
 
     from collector.services.outbox import task_intent_insert_params

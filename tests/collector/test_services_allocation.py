@@ -18,12 +18,8 @@ from collector.services.allocation import (
     sessions_expire,
     target_candidates,
 )
-from collector.services.sessions import (
-    SessionFinishRefused,
-    SessionStartRefused,
-    session_finish,
-    session_start,
-)
+from collector.services.session_finish import SessionFinishRefused, session_finish
+from collector.services.session_start import SessionStartRefused, session_start
 from tests.factories import make_dataset, make_study, make_worker
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from collector.models import Click, Session, Study, Target, Trial, Worker
 from collector.services.bots import BOT_PLATFORM, bot_summary, bots_remove
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.studies import study_publish
 from collector.services.tokens import study_link_token_make
 from exports.full import full_export, manifest_path_of

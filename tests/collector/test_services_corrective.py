@@ -23,7 +23,7 @@ from collector.services.corrective import (
     corrective_update_apply,
     corrective_update_fail,
 )
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from tests.factories import make_dataset, make_study, make_worker
 
 pytestmark = pytest.mark.django_db

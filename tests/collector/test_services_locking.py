@@ -12,7 +12,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from collector.models import Round, Session, Study, Target
-from collector.services.sessions import NO_ROUND_MESSAGE, SessionStartRefused, session_start
+from collector.services.session_start import NO_ROUND_MESSAGE, SessionStartRefused, session_start
 from collector.services.validation import session_validate
 from tests.factories import make_rect_dataset, make_study, make_validated_batch, make_worker
 from tests.support.celery_worker import purge_queues, wait_until

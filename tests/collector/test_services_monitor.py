@@ -6,9 +6,11 @@ import pytest
 
 from collector.models import Session, Target, Trial, Worker
 from collector.services.allocation import sessions_expire
+from collector.services.clicks import click_record
 from collector.services.monitor import MonitorRefused, session_expire_now, worker_block
 from collector.services.reservations import session_reclaim, session_release
-from collector.services.sessions import SessionStartRefused, click_record, session_finish, session_start
+from collector.services.session_finish import session_finish
+from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.validation import session_validate
 from tests.factories import make_rect_dataset, make_study, make_worker, present_trials
 

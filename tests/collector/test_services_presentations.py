@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from collector.models import Session, Trial, Worker
+from collector.services.clicks import click_record
 from collector.services.link_workers import link_worker_cookie, link_worker_cookie_name, link_worker_identify
 from collector.services.presentations import (
     PresentationRefused,
@@ -20,7 +21,8 @@ from collector.services.presentations import (
     trial_presented_record,
     trial_server_flags,
 )
-from collector.services.sessions import click_record, session_finish, session_start
+from collector.services.session_finish import session_finish
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from collector.services.validation import session_validate
 from tests.factories import make_rect_dataset, make_study, make_worker, present_trials

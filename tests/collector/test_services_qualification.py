@@ -26,7 +26,7 @@ from collector.services.corrective import (
 from collector.services.masks import instance_masks, read_mask
 from collector.services.qualification import qualification_score
 from collector.services.qualified_start import qualification_continue
-from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.session_start import SessionStartRefused, session_start
 from tests.factories import make_dataset, make_study, make_worker
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,10 @@ import pytest
 from django.utils import timezone
 
 from collector.models import Click, Session
+from collector.services.clicks import click_record
 from collector.services.quality import session_quality_flags
-from collector.services.sessions import click_record, session_finish, session_start
+from collector.services.session_finish import session_finish
+from collector.services.session_start import session_start
 from collector.services.validation import session_validate
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from collector.models import Session, Target, Trial
 from collector.services.allocation import sessions_expire
+from collector.services.clicks import ClickRefused, click_record
 from collector.services.reservations import (
     session_heard,
     session_heartbeat,
@@ -20,7 +21,8 @@ from collector.services.reservations import (
     session_release,
     sessions_release_stale,
 )
-from collector.services.sessions import ClickRefused, click_record, session_finish, session_start
+from collector.services.session_finish import session_finish
+from collector.services.session_start import session_start
 from collector.services.validation import session_platform_rejected, session_validate
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 
@@ -358,7 +360,7 @@ def test_concurrent_returns_and_starts_never_go_beyond_the_quota(tmp_path, setti
             connection.close()
 
     def start(worker):
-        from collector.services.sessions import SessionStartRefused
+        from collector.services.session_start import SessionStartRefused
 
         try:
             session_start(study=study, worker=worker, device="pc")
@@ -422,7 +424,7 @@ def test_a_waiting_worker_gets_the_images_of_a_batch_silent_for_the_grace_period
     heard from for the grace period give them back at once (unclicked ones released, the batch expired with
     its clicked ones), instead of at the next release run and one more grace period later. Never sooner
     than the grace period, and only the waiting worker's device."""
-    from collector.services.sessions import SessionStartRefused
+    from collector.services.session_start import SessionStartRefused
 
     study = _study(tmp_path, settings, quota=1, reservation_grace_s=120, session_timeout_s=1800)
     leaver = session_start(study=study, worker=make_worker(), device="pc")

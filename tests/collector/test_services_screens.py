@@ -13,8 +13,10 @@ from django.utils import timezone
 
 from collector.models import Click, Session, Study, Target, Trial
 from collector.services.allocation import sessions_expire
+from collector.services.clicks import click_record
 from collector.services.next_round import valid_first_clicks
-from collector.services.sessions import SessionStartRefused, click_record, session_finish, session_start
+from collector.services.session_finish import session_finish
+from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.validation import session_validate
 from exports.full import full_export
 from exports.rclicks import rclicks_export

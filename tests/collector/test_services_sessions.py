@@ -8,16 +8,11 @@ import pytest
 from django.utils import timezone
 
 from collector.models import Click, Session, Target, Trial
+from collector.services.clicks import ClickRefused, click_record
 from collector.services.codes import completion_code_make
-from collector.services.sessions import (
-    ClickRefused,
-    SessionFinishRefused,
-    SessionStartRefused,
-    click_record,
-    session_client_report,
-    session_finish,
-    session_start,
-)
+from collector.services.session_client import session_client_report
+from collector.services.session_finish import SessionFinishRefused, session_finish
+from collector.services.session_start import SessionStartRefused, session_start
 from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker, present_trials
 from tests.support.concurrency import at_once
@@ -133,29 +128,29 @@ def test_the_click_path_reads_each_field_as_the_orm_does(study):
     """The click path's hand-written read (``_session_trials``) gives every field it selects the value the ORM
     gives it, on either backend: a column read into the wrong field (from_db takes values in the model's field
     order) or a missing converter (SQLite's datetimes, JSON) shows here."""
-    from collector.services import sessions as sessions_service
+    from collector.services import clicks as clicks_service
 
     session = session_start(study=study, worker=make_worker(), device="pc")
     clicked, _created = _click(session, 1)
     present_trials(session, positions=[0, 2])
     for position in (0, 1, 2):
-        hot_session, rows, trial = sessions_service._session_trials(session.pk, position)
+        hot_session, rows, trial = clicks_service._session_trials(session.pk, position)
         assert [(row.position, row.click_pk) for row in rows] == [(0, None), (1, clicked.pk), (2, None)]
         assert trial is not None and trial.position == position and trial.session is hot_session
         stored = Trial.objects.select_related("session__study").get(pk=trial.pk)
-        for name in sessions_service._HOT_TRIAL_FIELDS:
+        for name in clicks_service._HOT_TRIAL_FIELDS:
             assert getattr(trial, name) == getattr(stored, name), name
-        for name in sessions_service._HOT_SESSION_FIELDS:
+        for name in clicks_service._HOT_SESSION_FIELDS:
             assert getattr(trial.session, name) == getattr(stored.session, name), name
-        for name in sessions_service._HOT_STUDY_FIELDS:
+        for name in clicks_service._HOT_STUDY_FIELDS:
             assert getattr(trial.session.study, name) == getattr(stored.session.study, name), name
         assert trial.presentations and trial.session.expires_at.tzinfo is not None
         expected = (clicked.pk, clicked.idempotency_key) if trial.position == 1 else (None, None)
         assert (trial.click_pk, trial.click_key) == expected
         assert rows[position] == (trial.pk, position, *expected)
-    assert sessions_service._session_trials(session.pk, 7)[2] is None  # no trial there
+    assert clicks_service._session_trials(session.pk, 7)[2] is None  # no trial there
     with pytest.raises(Session.DoesNotExist):
-        sessions_service._session_trials(session.pk + 1000, 0)
+        clicks_service._session_trials(session.pk + 1000, 0)
 
 
 @pytest.mark.django_db

@@ -8,7 +8,7 @@ from collector.models import Round, Study, Target
 from collector.selectors.preview import preview_click_check, preview_targets
 from collector.services.allocation import target_candidates
 from collector.services.launch import study_go_live, study_halt
-from collector.services.sessions import SessionStartRefused, session_start
+from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.studies import StudyStateError, study_preview_round, study_publish
 from tests.factories import make_dataset, make_rect_dataset, make_study, make_validated_batch, make_worker
 

@@ -11,7 +11,9 @@ import pytest
 from scipy.ndimage import distance_transform_edt
 
 from collector.models import Click, Session, Target
-from collector.services.sessions import click_record, session_finish, session_start
+from collector.services.clicks import click_record
+from collector.services.session_finish import session_finish
+from collector.services.session_start import session_start
 from collector.services.validation import (
     click_verdict,
     region_distance_px,

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from evaluation.models import EvaluationKey
 from evaluation.services import create_key

@@ -16,7 +16,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from collector.services.corrective import corrective_items_ensure, corrective_update_apply
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tests.factories import make_dataset, make_researcher, make_study, make_validated_batch, make_worker
 

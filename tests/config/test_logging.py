@@ -28,7 +28,7 @@ from tests.factories import make_dataset, make_study
 from tests.support.celery_worker import PROJECT_ROOT, worker_environment
 
 
-def _record(msg, args=(), *, name="collector.services.sessions", exc_info=None, **extra):
+def _record(msg, args=(), *, name="collector.services.session_start", exc_info=None, **extra):
     record = logging.LogRecord(name, logging.INFO, __file__, 1, msg, args, exc_info)
     record.__dict__.update(extra)
     return record
@@ -48,7 +48,7 @@ def test_json_lines_carry_every_extra_field_and_readable_lines_too():
     extra = {"session_id": 7, "study_id": 3, "round_id": 2, "trials": 10, "reason": "broker down", "ok": True}
     line = json.loads(_written(_record("session started", **extra), JsonFormatter()))
     assert line["message"] == "session started" and line["level"] == "INFO"
-    assert line["logger"] == "collector.services.sessions" and line["ts"].endswith("+00:00")
+    assert line["logger"] == "collector.services.session_start" and line["ts"].endswith("+00:00")
     assert {key: line[key] for key in extra} == extra
     text = _written(_record("session started", **extra), ReadableFormatter())
     assert text.endswith(

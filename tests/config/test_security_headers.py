@@ -9,7 +9,7 @@ import re
 import pytest
 from django.test import Client
 
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make, study_link_token_make
 from tests.annotation_ui.driver import entry_url, open_player, wait_start_enabled
 from tests.factories import make_dataset, make_researcher, make_study, make_worker

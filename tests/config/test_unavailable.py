@@ -19,7 +19,7 @@ from psycopg.errors import AdminShutdown, DeadlockDetected, SerializationFailure
 
 from annotation_ui import parsers
 from collector.models import Click, Round, Session, Target, Trial, Worker
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make, study_link_token_make
 from config import unavailable
 from config.unavailable import DatabaseRetryMiddleware, connection_lost, retry_safe

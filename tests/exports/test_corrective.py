@@ -23,7 +23,7 @@ from collector.services.corrective import (
     corrective_round_submit,
     corrective_update_apply,
 )
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from exports.corrective import corrective_export, read_mask, rle_decode, rle_encode
 from exports.selectors import ExportError
 from tests.factories import make_dataset, make_researcher, make_study, make_worker

@@ -23,7 +23,7 @@ from collector.services.corrective import (
     corrective_update_apply,
 )
 from collector.services.corrective_simulation import corrective_simulate
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from exports.corrective import corrective_export
 from tests.factories import make_dataset, make_study, make_worker

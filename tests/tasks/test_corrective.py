@@ -15,7 +15,7 @@ from collector.services.corrective import (
     corrective_round_submit,
     corrective_update_apply,
 )
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from config.celery import app as celery_app
 from tasks.corrective import MAX_RETRIES, requeue_pending_updates
 from tests.factories import make_dataset, make_study, make_worker

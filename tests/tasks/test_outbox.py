@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from collector.models import Session, TaskIntent
 from collector.services.outbox import relay_forever, task_intents_relay
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.tokens import session_token_make
 from tasks import names as task_names
 from tests.factories import make_dataset, make_study, make_worker

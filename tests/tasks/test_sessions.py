@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from collector.models import Session, Target
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from config.celery import app
 from config.celery import app as celery_app
 from tasks import names as task_names

@@ -15,6 +15,7 @@ from django.test import Client
 
 from collector.models import PlatformCampaign, PlatformSubmission, Session, Study, Trial
 from collector.platforms import PlatformCredentialsError
+from collector.services.clicks import click_record
 from collector.services.launch import (
     LaunchRefused,
     study_budget_estimate,
@@ -23,7 +24,7 @@ from collector.services.launch import (
     study_platform_status,
     study_sync,
 )
-from collector.services.sessions import click_record, session_finish
+from collector.services.session_finish import session_finish
 from collector.services.tokens import session_token_read
 from collector.services.validation import session_validate
 from tasks.platforms import sync_study

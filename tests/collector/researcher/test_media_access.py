@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import clear_url_caches
 
 from collector.models import Instance
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from collector.services.stimuli import target_stimuli_ensure
 from collector.services.tokens import session_token_make
 from tests.factories import (

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from collector.models import Session, Target, TaskIntent, Worker
-from collector.services.sessions import session_start
+from collector.services.session_start import session_start
 from tests.factories import make_researcher, make_worker, present_trials
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +80,7 @@ def test_the_controls_need_the_csrf_token(alice, alice_study, running):
 def test_release_then_expire_from_the_page(client, alice, alice_study, running):
     client.force_login(alice)
     trial = running.trials.order_by("position").first()
-    from collector.services.sessions import click_record
+    from collector.services.clicks import click_record
 
     click_record(
         session=running, position=trial.position, idempotency_key="k0", x=10.0, y=10.0,

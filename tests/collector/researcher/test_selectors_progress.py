@@ -65,7 +65,7 @@ def test_session_summary_counts_and_reasons(alice_study, three_batches):
 
 def test_session_counts_by_status_and_verdict(alice_study, three_batches):
     from collector.services.monitor import session_expire_now
-    from collector.services.sessions import session_start
+    from collector.services.session_start import session_start
 
     session_start(study=alice_study, worker=make_worker(), device="mobile")  # running
     session_expire_now(
@@ -93,7 +93,7 @@ def test_the_simulated_annotators_card_shows_the_same_counts(client, alice, alic
 
     from collector.services.bots import bot_summary
     from collector.services.monitor import session_expire_now
-    from collector.services.sessions import session_start
+    from collector.services.session_start import session_start
 
     counted_pc, rejected_pc, counted_mobile = three_batches
     running = session_start(study=alice_study, worker=make_worker(), device="pc")
