@@ -213,6 +213,27 @@ def test_no_task_available_says_temporary_or_final_in_the_workers_language(study
     assert "собрало все нужные ответы" in russian
 
 
+def test_a_waiting_workers_entry_gets_the_images_of_a_batch_silent_for_the_grace_period(study):
+    """Release on demand over HTTP: the entry link of a worker who would be told to wait answers the player
+    page itself when the batch holding the images has not been heard from for the grace period."""
+    url = reverse(
+        "annotation_ui:study_link", kwargs={"token": study_link_token_make(study_id=study.pk, device="pc")}
+    )
+    assert Client().post(url, {"device": "pc"}).status_code == 200  # takes the four images (quota 1)
+    leaver = Session.objects.get(study=study)
+    assert Client().post(url, {"device": "pc"}).status_code == 409, "heard from: the images are its worker's"
+
+    silent = timezone.now() - timedelta(seconds=study.reservation_grace_s + 1)
+    Session.objects.filter(pk=leaver.pk).update(started_at=silent, last_seen_at=silent)
+    newcomer = Client().post(url, {"device": "pc"})
+    assert newcomer.status_code == 200 and b"/heartbeat" in newcomer.content, "the player page, at once"
+    leaver.refresh_from_db()
+    assert (leaver.status, leaver.ended_by) == (Session.Status.EXPIRED, "grace")
+    started = Session.objects.exclude(pk=leaver.pk).get(study=study, status="started")
+    assert Trial.objects.filter(session=started, role="task", holds_slot=True).count() == 4
+    assert list(Target.objects.filter(round__study=study).values_list("inflight_pc", flat=True)) == [1] * 4
+
+
 def test_a_worker_who_saw_every_wanted_image_is_told_it_is_final(study):
     worker = make_worker()
     session = session_start(study=study, worker=worker, device="pc")
