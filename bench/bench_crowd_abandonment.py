@@ -16,6 +16,10 @@ and the 30-minute hold are scaled by the same factor. A leaver stops at a random
 nothing more is sent but, for ``--beacon-share`` of them, the player's pagehide beacon); a returner opens its task link again (GET /a/<token>/) after the scaled minute,
 asks for the state and plays the trials still without a click.
 
+Before the crowds, rounds of concurrent GETs of the entry page run until the web processes answer within a
+second (gunicorn's port opens before its workers have booted: without this the first crowd measured the boot).
+Each annotator keeps its link cookie, as a browser does, so a waiting worker asking again is the same worker.
+
 Printed: the time to fill every quota for both crowds and their ratio (goal: within 1.1x), the slot-minutes
 the leavers' reservations held unused (from the moment a leaver left until its slots were given back, or the
 session expired) against what a 30-minute hold would have held, refusals (temporary / final). Asserted (exit
@@ -24,6 +28,8 @@ acknowledged click stored exactly once and no click stored twice.
 
     .venv/bin/python bench/bench_crowd_abandonment.py --short      # 60 annotators per crowd (~5 min on 2 busy cores)
     .venv/bin/python bench/bench_crowd_abandonment.py              # 300 annotators per crowd
+    ... --no-on-demand    # CLICKLAB_RELEASE_ON_DEMAND off, for comparison
+    ... --timeline        # each session's start, release, beacon, finish and validation, per crowd
 """
 
 from __future__ import annotations

@@ -122,6 +122,7 @@ def test_a_start_that_waited_for_the_validation_closing_the_round_is_told_the_ro
     assert Target.objects.filter(round=round_1, inflight_pc__gt=0).count() == 0
 
 
+@pytest.mark.one_backend
 def test_a_start_with_nothing_to_take_is_refused_without_waiting_for_the_rounds_turn(tmp_path):
     """A round's tail: every wanted image in flight. The worker who comes then is told so without taking the
     round's turn (the lock every start of the round queues on), so a crowd of waiting workers does not queue
