@@ -170,8 +170,9 @@ def test_a_closed_tab_gives_its_images_back_within_seconds_to_a_worker_whose_wai
 
     # The tab is closed: its beacon, and nothing after it.
     page.close()
-    wait_for(lambda: Session.objects.get(pk=session.pk).left_at is not None, what="the closed tab's beacon")
-    assert _beacons(caplog, session)[-1] == "player left"
+    # (the record is logged just after the row is written: wait for it, not for the row)
+    wait_for(lambda: _beacons(caplog, session)[-1:] == ["player left"], what="the closed tab's beacon")
+    assert Session.objects.get(pk=session.pk).left_at is not None
     closed = Session.objects.get(pk=session.pk)
     later = closed.left_at + timedelta(seconds=player_settings.LEAVE_GRACE_S + 1)
     assert later < closed.started_at + timedelta(seconds=study.reservation_grace_s), "before the grace period"

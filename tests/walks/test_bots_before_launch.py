@@ -83,9 +83,12 @@ def test_bots_on_a_draft_then_release_remove_publish_and_a_real_worker_plays(
         timeout_s=120,
         what="two bots validated and two left mid-batch",
     )
+    # the card refreshes by itself: wait until it shows both validations (CI once read it between them)
     page.wait_for_function(
         "() => /2 running/.test((document.getElementById('bots-requested') || {}).textContent || '')"
-        " && /rejected/.test(document.getElementById('bots-verdicts').textContent)",
+        " && /rejected/.test(document.getElementById('bots-verdicts').textContent)"
+        " && ['counted', 'rejected'].reduce((sum, kind) => sum + (parseInt((document.querySelector("
+        "'.bots-' + kind) || {}).textContent, 10) || 0), 0) === 2",
         timeout=30_000,
     )
     verdicts = page.inner_text("#bots-verdicts")
