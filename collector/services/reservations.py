@@ -183,10 +183,8 @@ def _release_silent(*, study_id: int, cutoff: datetime, now: datetime, limit: in
     gone = running.filter(left_at__lte=leave_cutoff)
     for session_id in _candidate_ids(silent, gone, limit=limit):
         with transaction.atomic():
-            session = (
-                Session.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=session_id).first()
-            )
-            if session is None or session.status != Session.Status.STARTED:
+            session = _lock_running(session_id)
+            if session is None:
                 continue
             heard = _heard_at(session)
             left = (
@@ -207,6 +205,13 @@ def _release_silent(*, study_id: int, cutoff: datetime, now: datetime, limit: in
                 },
             )
     return released
+
+
+def _lock_running(session_id: int) -> Session | None:
+    """The session's row locked (SKIP LOCKED: one busy finishing or being validated is left to that path), or
+    None when it is locked elsewhere, gone or no longer running."""
+    session = Session.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=session_id).first()
+    return session if session is not None and session.status == Session.Status.STARTED else None
 
 
 def _candidate_ids(*querysets, limit: int) -> list[int]:
@@ -248,10 +253,8 @@ def _expire_abandoned(
     candidates = _candidate_ids(released, silent, limit=2000)
     for session_id in candidates:
         with transaction.atomic():
-            session = (
-                Session.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=session_id).first()
-            )
-            if session is None or session.status != Session.Status.STARTED:
+            session = _lock_running(session_id)
+            if session is None:
                 continue
             heard = _heard_at(session)
             if session.released_at is None:
