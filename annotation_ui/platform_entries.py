@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from collector.models import Session, Study
+from collector.models import DEVICES, Session, Study
 from collector.platforms import EntryRefused, PlatformUnavailable, get_adapter
 from collector.services.session_start import SessionStartRefused, session_start
 from collector.services.tokens import TokenInvalid, session_token_make, session_token_read
@@ -35,7 +35,6 @@ from .devices import device_from_headers
 
 logger = logging.getLogger(__name__)
 
-DEVICES = ("pc", "mobile")
 #: Seconds the exit page shows the completion code before it redirects (Prolific) or posts (MTurk).
 REDIRECT_AFTER_S = 5
 

@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_http_methods
 
-from collector.models import Session, Study, Target
+from collector.models import DEVICES, Session, Study, Target
 from collector.selectors.permissions import study_visible_or_404
 from collector.selectors.preview import preview_targets
 from collector.selectors.screens import study_screens
@@ -57,9 +57,12 @@ def player_context(*, study: Study, payload: dict, correction: bool) -> dict:
     the practice: ``collector.selectors.screens``) in the request's language. The payload gets
     ``screens`` (what the player reports with the client info: the language, and which texts it showed)."""
     practice = sum(1 for trial in payload["trials"] if trial.get("practice"))
-    task_count = len(payload["trials"]) - practice
+    # After a reload the screens count what is left of the batch (the trials not done), not the whole batch.
+    left = [trial for trial in payload["trials"] if not trial["done"]]
+    practice_left = sum(1 for trial in left if trial.get("practice"))
+    task_count = len(left) - practice_left
     screens = study_screens(
-        study=study, trial_count=task_count, practice_count=practice, correction=correction
+        study=study, trial_count=task_count, practice_count=practice_left, correction=correction
     )
     # A batch already under way (a reload) does not ask for consent again: the worker gave it on the first load.
     consent = screens["consent"]["shown"] and not any(trial["done"] for trial in payload["trials"])
@@ -127,7 +130,7 @@ def study_link_entry(request, token: str):
             {"study": study, "server_device": device_from_headers(request.headers)},
         )
     detected = request.POST.get("device", "")
-    if detected not in ("pc", "mobile"):
+    if detected not in DEVICES:
         detected = device_from_headers(request.headers)
     device = link.get("device") or detected
     if link.get("bot"):
@@ -345,7 +348,7 @@ def preview(request, study_id: int):
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     study = study_visible_or_404(user=request.user, study_id=study_id)
-    device = request.GET.get("device") if request.GET.get("device") in ("pc", "mobile") else "pc"
+    device = request.GET.get("device") if request.GET.get("device") in DEVICES else "pc"
     batch = request.GET.get("batch", "")
     # ASCII digits, at most 9 (int() refuses other Unicode digits and more than 4,300 digits with a ValueError)
     seed = int(batch) if batch.isascii() and batch.isdigit() and len(batch) <= 9 else 0

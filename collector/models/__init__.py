@@ -1,10 +1,11 @@
 """The domain model (see docs/architecture.md). One module per part of the flow."""
 
 from .datasets import Dataset, DatasetImport, Image, Instance
-from .sessions import Click, Session, Trial, Worker
+from .sessions import DEVICES, Click, Session, Trial, Worker
 from .studies import DisplayMode, Round, Study, Target
 
 __all__ = [
+    "DEVICES",
     "Click",
     "Dataset",
     "DatasetImport",

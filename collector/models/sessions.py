@@ -12,6 +12,10 @@ class Device(models.TextChoices):
     MOBILE = "mobile"
 
 
+#: The device classes a study collects for, in display order (PC first): the one list every module uses.
+DEVICES: tuple[str, ...] = tuple(Device.values)
+
+
 class Worker(models.Model):
     """A crowd worker. ``external_id`` is the platform's id and never leaves the database;
     exports use ``pseudonym`` (an HMAC of platform and id)."""

@@ -21,9 +21,8 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-from collector.models import Instance, Study
+from collector.models import DEVICES, Instance, Study
 
-DEVICES = ("pc", "mobile")
 DEFAULT_VALID_CLICK_FRACTION = 0.9
 DEFAULT_COUNTED_FRACTION = 0.8
 #: Below this a planning fraction would make the estimate explode; it is clamped here.

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 
-from collector.models import PlatformCampaign
+from collector.models import DEVICES, PlatformCampaign
 from collector.models.studies import Platform, Study
 from collector.platforms import get_adapter, toloka
 from collector.platforms.base import SUBMIT_ALLOWANCE_MIN_S, assignment_time_limit_s
@@ -72,7 +72,7 @@ def _prolific(study: Study, config: dict, campaign: PlatformCampaign | None) -> 
             study_id or "any (entries from every Prolific study are accepted)",
         ),
     ]
-    for device in ("pc", "mobile"):
+    for device in DEVICES:
         if getattr(study, f"quota_{device}"):
             rows.append(
                 _row(

@@ -16,8 +16,6 @@ from collector.models import Round, Target
 from collector.services.allocation import least_batch, target_candidates
 from collector.services.validation import click_verdict, target_region
 
-DEVICES = ("pc", "mobile")
-
 
 def preview_targets(*, round: Round, device: str, seed: int = 0) -> list[Target]:
     """Up to ``study.batch_size`` targets of ``round`` for a new ``device`` worker, in play order.

@@ -13,9 +13,7 @@ import numpy as np
 from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Least
 
-from collector.models import Round, Session, Study, Target
-
-DEVICES = ("pc", "mobile")
+from collector.models import DEVICES, Round, Session, Study, Target
 
 #: Values of a platform's review decision (``Session.platform_state["review"]``) that mean "paid".
 PAID_REVIEW_STATES = frozenset({"accepted", "approved"})

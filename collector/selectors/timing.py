@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.models import Click, Session, Study, Trial
+from collector.models import DEVICES, Click, Session, Study, Trial
 
-DEVICES = ("pc", "mobile")
 PHASES = ("A", "B", "C", "D")
 
 

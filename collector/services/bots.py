@@ -34,8 +34,8 @@ from django.db import transaction
 from django.db.models import Count
 from scipy import ndimage
 
-from collector.models import Click, Session, Study, TaskIntent, Trial, Worker
-from collector.selectors.progress import DEVICES, session_counts
+from collector.models import DEVICES, Click, Session, Study, TaskIntent, Trial, Worker
+from collector.selectors.progress import session_counts
 from collector.services.monitor import MonitorRefused, session_expire_now
 from collector.services.outbox import task_intent_add
 from collector.services.workers import worker_create

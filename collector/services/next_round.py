@@ -64,7 +64,7 @@ from django.utils import timezone
 from benchmark.metrics import iou
 from benchmark.rclicks import task_error_regions
 from benchmark.stems import full_stem_build
-from collector.models import Click, Instance, Round, Session, Study, Target, Trial
+from collector.models import DEVICES, Click, Instance, Round, Session, Study, Target, Trial
 from collector.selectors.segmenters import study_segmenter_keys
 from collector.services.datasets import mask_png_bytes
 from collector.services.masks import MaskFileError, instance_masks, read_image
@@ -85,7 +85,6 @@ MAX_PREVIOUS_IOU = 0.95
 ROUNDS_DIR = "rounds"
 #: Embeddings kept while one build runs (bytes).
 EMBEDDING_CACHE_BYTES = 512 * 1024 * 1024
-DEVICE_ORDER = ("pc", "mobile")
 
 #: ``progress(done, total, instance)``: called after each instance (the task logs it).
 Progress = Callable[[int, int, Instance], None]
@@ -160,7 +159,7 @@ def valid_first_clicks(*, round_: Round) -> dict[int, list[SourceClick]]:
             SourceClick(click_id=pk, x=x, y=y, device=device, index=counters[(instance_id, device)])
         )
     for clicks in by_instance.values():
-        clicks.sort(key=lambda c: (DEVICE_ORDER.index(c.device) if c.device in DEVICE_ORDER else 9, c.index))
+        clicks.sort(key=lambda c: (DEVICES.index(c.device) if c.device in DEVICES else 9, c.index))
     return dict(by_instance)
 
 

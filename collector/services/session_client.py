@@ -1,4 +1,4 @@
-"""What a session's browser and platform tell us about its client: the device class it runs on (``DEVICES``),
+"""What a session's browser and platform tell us about its client: the device class it runs on (one of ``DEVICES``),
 the browser's measurements (``client_info``, bounded so a client cannot grow the session row) and the client
 report that merges later measurements into the session (``session_client_report``). ``session_start``
 records the same fields when a batch starts."""
@@ -9,9 +9,8 @@ import json
 
 from django.utils import timezone
 
-from collector.models import Session
+from collector.models import DEVICES, Session
 
-DEVICES = ("pc", "mobile")
 MAX_CLIENT_INFO_BYTES = 8000
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from collector.models import Round, Session, Study, Trial, Worker
+from collector.models import DEVICES, Round, Session, Study, Trial, Worker
 from collector.models.studies import ShortBatchPolicy, StudyKind
 from collector.services.prepared import column, in_model_order, prepared_cursor
 from collector.services.qualification import (
@@ -28,7 +28,7 @@ from collector.services.qualification import (
     qualification_session_create,
 )
 from collector.services.screens import session_filler_trials_add, session_screen_trials_add
-from collector.services.session_client import DEVICES, client_info_bounded
+from collector.services.session_client import client_info_bounded
 from collector.services.studies import study_open_round, study_preview_round
 
 logger = logging.getLogger(__name__)

@@ -295,6 +295,10 @@ def test_reload_mid_batch_resumes_at_the_next_trial(chromium, player_server, tmp
     wait_for(lambda: Click.objects.filter(trial__session=session).count() == 4, what="4 clicks stored")
     page.reload()
     wait_start_enabled(page)
+    # the instructions on the screen count the 6 images left, not the batch's 10
+    instructions = page.locator("#screen-instructions")
+    assert instructions.is_visible()
+    assert "process 6 images in sequence." in " ".join(instructions.inner_text().split())
     started = []
     page.on("console", lambda message: started.append(message.text))
     press_start(page)

@@ -310,3 +310,25 @@ def test_player_page_of_an_expired_session_says_so(client, study):
     Session.objects.filter(pk=session.pk).update(expires_at=timezone.now())
     response = client.get(reverse("annotation_ui:player", kwargs={"token": token}))
     assert response.status_code == 410 and b"expired" in response.content
+
+
+def _instructions(response) -> str:
+    html = response.content.decode()
+    start = html.index('id="screen-instructions"')
+    return " ".join(re.sub(r"<[^>]+>", " ", html[start : html.index("</section>", start)]).split())
+
+
+@pytest.mark.django_db
+def test_a_reloaded_batch_counts_the_images_left_in_its_instructions(client, study):
+    """The instructions name the images still to do: a batch of 3 with one click stored says 2 after a
+    reload (it said the batch's 3 before issue 32's fix, while 2 were left)."""
+    session, token = _session(study)
+    player_url = reverse("annotation_ui:player", kwargs={"token": token})
+    assert "process 3 images in sequence." in _instructions(client.get(player_url))
+    click_url = reverse("annotation_ui:api_click", kwargs={"token": token})
+    assert _post(client, click_url, _click_body(0, "k0")).status_code == 201
+    assert "process 2 images in sequence." in _instructions(client.get(player_url))
+    assert _post(client, click_url, _click_body(1, "k1")).status_code == 201
+    assert "process 1 image in sequence." in _instructions(client.get(player_url))
+    # what the player reports with its client info is unchanged: the batch's own practice count
+    assert _payload(client.get(player_url))["screens"]["practice"] == 0
