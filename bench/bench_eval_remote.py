@@ -6,7 +6,9 @@ Both sides run the benchmark README's loop (previous logits fed back) with the s
 the same report (checked, timing columns aside). The server is a real gunicorn (config/gunicorn.py, one gthread
 worker) in a process of its own on a free loopback port, against a throw-away database: ``bench_<name>`` of
 DATABASE_URL (real PostgreSQL), else ``bench_eval.sqlite3`` under CLICKLAB_VAR_DIR; GrabCut images imported.
-Local and remote runs alternate (a busy machine slows both alike) and the fastest of each counts. Usage::
+Local and remote runs alternate (a busy machine slows both alike) and the fastest of each counts. Last it
+prints the floor: the median time of the cheapest requests to the same server (a run read, and a ``next``
+that locks the finished run and writes nothing), which no remote interaction can beat. Usage::
 
     .venv/bin/python bench/bench_eval_remote.py [--images 3] [--max-clicks 5] [--groups 10] [--repeats 3]
         [--methods free,embedded] [--clickers baseline,group]
@@ -94,6 +96,30 @@ def start_gunicorn(port: int):
             time.sleep(0.2)
     server.kill()
     raise SystemExit("gunicorn did not listen within 60 s")
+
+
+def request_floor(host: str, key: str, run_id: str, n: int = 200) -> dict:
+    """What the cheapest requests cost on this server, from a client like the session's (httpx, keep-alive):
+    the median ms of a run read and of a ``next`` on a finished run (authentication, the throttle, one
+    transaction locking the run, nothing written). No remote interaction can cost less than the second."""
+    import statistics
+
+    import httpx
+
+    with httpx.Client(base_url=host, headers={"Authorization": f"EvalKey {key}"}) as http:
+        times: dict[str, list[float]] = {"get": [], "next": []}
+        for _ in range(n):
+            started = time.perf_counter()
+            http.get(f"/api/eval/runs/{run_id}/").raise_for_status()
+            times["get"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            answer = http.post(f"/api/eval/runs/{run_id}/next/", json={})
+            times["next"].append(time.perf_counter() - started)
+            if answer.status_code != 200 or answer.json().get("done") is not True:
+                raise SystemExit(
+                    f"floor: next/ on the finished run answered {answer.status_code} {answer.text[:200]}"
+                )
+    return {name: 1000 * statistics.median(values) for name, values in times.items()} | {"n": n}
 
 
 class WithoutLogits:
@@ -209,6 +235,10 @@ def main() -> None:
                           f"{best_remote / best_local:5.2f}x {overhead:24.1f}", flush=True)  # fmt: skip
             print("reports identical local and remote in every run (timing columns aside); goal: ratio <= 1.3x "
                   "with a fast method")  # fmt: skip
+            floor = request_floor(remote["host"], key, far.run_id)
+            print(f"floor, the same server and client: {floor['get']:.1f} ms a run read (GET runs/<id>/), "
+                  f"{floor['next']:.1f} ms a locked no-op (POST next/ on the finished run); median of "
+                  f"{floor['n']}")  # fmt: skip
         finally:
             if server is not None:
                 server.terminate()
