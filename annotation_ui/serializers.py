@@ -21,6 +21,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.fields import SkipField, empty, get_error_detail
 
+from collector.models import DEVICES
 from config.api_errors import ErrorEnvelope
 from config.json_bodies import string_fault
 
@@ -270,7 +271,7 @@ class PhaseOnsets(Contract):
 class ClientReportIn(Contract):
     client_info = ClientInfoField(required=False, default=dict)
     detected_device = serializers.ChoiceField(
-        choices=["pc", "mobile", ""], required=False, default="", help_text="The browser's own device class."
+        choices=[*DEVICES, ""], required=False, default="", help_text="The browser's own device class."
     )
 
 

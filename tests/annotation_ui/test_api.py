@@ -384,3 +384,34 @@ def test_a_problem_report_is_stored_bounded_and_logged_with_the_session_id(token
     assert (status, body["field"]) == (400, "endpoint") and "upload" in body["message"]
     status, body = _send(token, "problem", {"status": 409, "endpoint": "click", "message": "m" * 501})
     assert (status, body["field"]) == (400, "message")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        (None, 201),  # no header: the bench's clients, curl without -H
+        ("*/*", 201),  # what fetch() sends by default: the player
+        ("application/json", 201),
+        ("application/json, text/plain, */*", 201),  # axios and most HTTP libraries
+        ("text/html, */*;q=0.1", 201),  # negotiated by DRF: */* admits JSON
+        ("text/html", 406),  # negotiated by DRF: nothing this endpoint answers
+        ("application/xml", 406),
+    ],
+)
+def test_the_accept_header_is_answered_as_drf_negotiates_it(token, accept, expected):
+    """AnnotatorNegotiation answers the common Accept headers at once; every header still gets DRF's answer:
+    JSON where JSON is acceptable, a 406 in the error envelope where it is not, and nothing stored then."""
+    present_trials(_session_of(token))
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    response = Client().post(
+        _url(token, "click"), data=json.dumps(_click()), content_type="application/json", **headers
+    )
+    assert response.status_code == expected, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    if expected == 406:
+        assert body["code"] == "not_acceptable" and "Accept" in body["message"], body
+    else:
+        assert body["position"] == 0, body
+    assert Click.objects.count() == (1 if expected == 201 else 0)
