@@ -43,9 +43,13 @@ baseline's.
 against REF's code in the same run: a throw-away ``git worktree`` of REF, its own temporary services, the same
 arguments, the same load generator (this file's). REF runs first, then the working tree; both sustained rates
 (baseline and fault phase) are printed with their ratios, and the run fails when a ratio is below
-``--min-ratio`` (default 0.8). ``--against none`` measures the working tree alone.
+``--min-ratio`` (default 0.8). ``--against none`` measures the working tree alone. ``--rounds K`` measures each
+code K times in alternating order (REF HEAD, HEAD REF, ...) and compares the means: on 2026-12-03 three
+consecutive ``--ramp 0`` baselines on a quiet machine gave 397, 342 and 306 clicks/s, the first and the last of
+the same code, so whichever code runs second can start behind.
 
     .venv/bin/python bench/bench_load_faults.py --short --against 322004d
+    .venv/bin/python bench/bench_load_faults.py --annotators 1000 --clients 2 --ramp 0 --rounds 2
 
 Exit status 1 when anything was lost or duplicated, a click was stored flagged ``not_presented`` or
 ``replayed``, a finished session stayed unvalidated, an annotator could not finish, or a 500 was answered in
@@ -702,6 +706,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--min-ratio", type=float, default=0.8, help="fail when a sustained rate is below this x REF's"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="with --against: measure each code this many times, in the order REF HEAD, HEAD REF, REF HEAD, ... "
+        "(a machine that slows down or speeds up over the run then favours neither), and compare their means",
+    )  # fmt: skip
     # internal: one measurement of the code under --code, its figures written to --result as JSON
     parser.add_argument("--code", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, default=None, help=argparse.SUPPRESS)
@@ -742,44 +751,71 @@ def _git(*cmd: str) -> str:
 
 
 def compare(args, argv: list[str]) -> int:
-    """``--against``: REF's code, then the working tree's, each measured whole; their sustained rates compared."""
+    """``--against``: REF's code and the working tree's, each measured whole ``--rounds`` times in alternating
+    order (REF first in odd rounds, HEAD first in even ones); the means of their sustained rates compared."""
     ref = _git("rev-parse", "--verify", f"{args.against}^{{commit}}")
     head = _git("rev-parse", "--short", "HEAD")
     dirty = " (with uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no") else ""
     tmp = Path(tempfile.mkdtemp(prefix="clicklab-bench-against-"))
     worktree = tmp / "ref"
+    rounds = max(1, args.rounds)
+    runs: dict[str, list[tuple[int, dict | None]]] = {"REF": [], "HEAD": []}
+    order: list[str] = []
     try:
         _git("worktree", "add", "--detach", str(worktree), ref)
-        print(f"bench_load_faults --against {args.against}: {ref[:10]} in {worktree}, then HEAD {head}{dirty}",
-              flush=True)  # fmt: skip
-        print(f"\n######## REF {ref[:10]}", flush=True)
-        ref_rc, ref_result = _measure_in_child(worktree, argv, tmp / "ref.json")
-        print(f"\n######## HEAD {head}{dirty}", flush=True)
-        head_rc, head_result = _measure_in_child(PROJECT_ROOT, argv, tmp / "head.json")
+        print(f"bench_load_faults --against {args.against}: {ref[:10]} in {worktree}, and HEAD {head}{dirty}; "
+              f"{rounds} round(s)", flush=True)  # fmt: skip
+        for number in range(rounds):
+            for which in ("REF", "HEAD") if number % 2 == 0 else ("HEAD", "REF"):
+                label = f"REF {ref[:10]}" if which == "REF" else f"HEAD {head}{dirty}"
+                print(f"\n######## {label} (round {number + 1} of {rounds})", flush=True)
+                code = worktree if which == "REF" else PROJECT_ROOT
+                runs[which].append(_measure_in_child(code, argv, tmp / f"{which}-{number}.json"))
+                order.append(which)
     finally:
         subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "remove", "--force", str(worktree)],
                        capture_output=True)  # fmt: skip
         subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "prune"], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\n== HEAD {head}{dirty} against REF {ref[:10]} (same arguments, one after the other)")
-    bad = [f"REF run exited {ref_rc}"] * bool(ref_rc) + [f"HEAD run exited {head_rc}"] * bool(head_rc)
-    if ref_result is None or head_result is None:
+    print(f"\n== HEAD {head}{dirty} against REF {ref[:10]} (same arguments, {rounds} round(s), order "
+          f"{' '.join(order)})")  # fmt: skip
+    bad = [
+        f"{which} run {n + 1} exited {rc}"
+        for which, done in runs.items()
+        for n, (rc, _) in enumerate(done)
+        if rc
+    ]
+    if any(result is None for done in runs.values() for _, result in done):
         bad.append("a run gave no figures")
     else:
         for phase in ("baseline", "faults"):
-            ours, theirs = head_result.get(phase), ref_result.get(phase)
+            figures = {
+                which: [result[phase] for _, result in done if result.get(phase)]
+                for which, done in runs.items()
+            }
+            ours, theirs = figures["HEAD"], figures["REF"]
             if not ours or not theirs:
                 continue
-            ratio = ours["sustained"] / theirs["sustained"] if theirs["sustained"] else math.nan
-            print(f"   {phase}: sustained {ours['sustained']:.1f} clicks/s (HEAD) vs {theirs['sustained']:.1f} "
-                  f"(REF): x{ratio:.2f}; server click p99 {ours['server_click_ms']['p99']:.1f} vs "
-                  f"{theirs['server_click_ms']['p99']:.1f} ms; wall {ours['wall_s']:.1f} vs {theirs['wall_s']:.1f} s")  # fmt: skip
+
+            def mean(values: list[float]) -> float:
+                return sum(values) / len(values)
+
+            head_rate, ref_rate = mean([f["sustained"] for f in ours]), mean([f["sustained"] for f in theirs])
+            ratio = head_rate / ref_rate if ref_rate else math.nan
+            each = "; ".join(
+                f"{which} " + ", ".join(f"{f['sustained']:.1f}" for f in figures[which])
+                for which in ("REF", "HEAD")
+            )
+            print(f"   {phase}: sustained {head_rate:.1f} clicks/s (HEAD) vs {ref_rate:.1f} (REF): x{ratio:.2f} "
+                  f"(each run: {each}); server click p99 {mean([f['server_click_ms']['p99'] for f in ours]):.1f} vs "
+                  f"{mean([f['server_click_ms']['p99'] for f in theirs]):.1f} ms; wall "
+                  f"{mean([f['wall_s'] for f in ours]):.1f} vs {mean([f['wall_s'] for f in theirs]):.1f} s")  # fmt: skip
             if not ratio >= args.min_ratio:
                 bad.append(f"{phase}: sustained x{ratio:.2f} of REF's, below --min-ratio {args.min_ratio}")
     print(
         "FAILED: " + "; ".join(bad)
         if bad
-        else f"OK: both runs clean, sustained at least x{args.min_ratio} of REF's"
+        else f"OK: every run clean, sustained at least x{args.min_ratio} of REF's"
     )
     return 1 if bad else 0
 
