@@ -397,21 +397,25 @@ def test_a_problem_report_is_stored_bounded_and_logged_with_the_session_id(token
         ("text/html, */*;q=0.1", 201),  # negotiated by DRF: */* admits JSON
         ("text/html", 406),  # negotiated by DRF: nothing this endpoint answers
         ("application/xml", 406),
+        ("*/*?format=xml", 404),  # DRF's format override: no renderer for it
+        ("*/*?format=json", 201),
     ],
 )
 def test_the_accept_header_is_answered_as_drf_negotiates_it(token, accept, expected):
     """AnnotatorNegotiation answers the common Accept headers at once; every header still gets DRF's answer:
     JSON where JSON is acceptable, a 406 in the error envelope where it is not, and nothing stored then."""
     present_trials(_session_of(token))
-    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
-    response = Client().post(
-        _url(token, "click"), data=json.dumps(_click()), content_type="application/json", **headers
-    )
+    accept, _, query = (accept or "").partition("?")
+    headers = {"HTTP_ACCEPT": accept} if accept else {}
+    url = _url(token, "click") + (f"?{query}" if query else "")
+    response = Client().post(url, data=json.dumps(_click()), content_type="application/json", **headers)
     assert response.status_code == expected, response.content
     assert response["Content-Type"] == "application/json"
     body = response.json()
     if expected == 406:
         assert body["code"] == "not_acceptable" and "Accept" in body["message"], body
+    elif expected == 404:
+        assert body["code"] == "not_found", body
     else:
         assert body["position"] == 0, body
     assert Click.objects.count() == (1 if expected == 201 else 0)
