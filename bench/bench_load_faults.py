@@ -78,6 +78,7 @@ import urllib.parse
 import uuid
 from collections import Counter
 from pathlib import Path
+from statistics import fmean
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: The code the stack runs (``--code``: a worktree of ``--against``'s REF); the load generator is always this file.
@@ -796,20 +797,19 @@ def compare(args, argv: list[str]) -> int:
             ours, theirs = figures["HEAD"], figures["REF"]
             if not ours or not theirs:
                 continue
-
-            def mean(values: list[float]) -> float:
-                return sum(values) / len(values)
-
-            head_rate, ref_rate = mean([f["sustained"] for f in ours]), mean([f["sustained"] for f in theirs])
+            head_rate, ref_rate = (
+                fmean([f["sustained"] for f in ours]),
+                fmean([f["sustained"] for f in theirs]),
+            )
             ratio = head_rate / ref_rate if ref_rate else math.nan
             each = "; ".join(
                 f"{which} " + ", ".join(f"{f['sustained']:.1f}" for f in figures[which])
                 for which in ("REF", "HEAD")
             )
             print(f"   {phase}: sustained {head_rate:.1f} clicks/s (HEAD) vs {ref_rate:.1f} (REF): x{ratio:.2f} "
-                  f"(each run: {each}); server click p99 {mean([f['server_click_ms']['p99'] for f in ours]):.1f} vs "
-                  f"{mean([f['server_click_ms']['p99'] for f in theirs]):.1f} ms; wall "
-                  f"{mean([f['wall_s'] for f in ours]):.1f} vs {mean([f['wall_s'] for f in theirs]):.1f} s")  # fmt: skip
+                  f"(each run: {each}); server click p99 {fmean([f['server_click_ms']['p99'] for f in ours]):.1f} vs "
+                  f"{fmean([f['server_click_ms']['p99'] for f in theirs]):.1f} ms; wall "
+                  f"{fmean([f['wall_s'] for f in ours]):.1f} vs {fmean([f['wall_s'] for f in theirs]):.1f} s")  # fmt: skip
             if not ratio >= args.min_ratio:
                 bad.append(f"{phase}: sustained x{ratio:.2f} of REF's, below --min-ratio {args.min_ratio}")
     print(
